@@ -1,0 +1,50 @@
+# ffcv-pairs: `make demo` runs the main job, `make test` runs the checks.
+# Both install what they need on first use (apt libraries, .venv, pinned wheels);
+# a second run finds the stamp and installs nothing.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PKGS := pkg-config g++ libopencv-dev libturbojpeg0-dev
+TORCH := torch==2.13.0
+
+.PHONY: install test lint demo bench bench-quick clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@# FFCV's C++ extension finds OpenCV and libjpeg-turbo through pkg-config.
+	@if command -v g++ >/dev/null && command -v pkg-config >/dev/null \
+	    && pkg-config --exists opencv4 libturbojpeg; then \
+	  echo "system libraries: present"; \
+	else \
+	  echo "system libraries: installing $(APT_PKGS)"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $(APT_PKGS); \
+	fi
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# torch first and pinned: a bare `torch` requirement pulls a multi-GB CUDA build.
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev,demo,bench]'
+	@touch $@
+
+lint: install
+	$(PY) -m ruff check ffcv_pairs writers bench tests
+	$(PY) -m ruff format --check ffcv_pairs writers bench tests
+	$(PY) -m mypy
+
+test: lint
+	$(PY) -m pytest
+
+demo: install
+	$(PY) -m ffcv_pairs.demo
+
+bench: install
+	$(PY) -m bench
+
+bench-quick: install
+	$(PY) -m bench --quick
+
+clean:
+	rm -rf $(VENV) demo_out build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,34 @@
+"""ffcv-pairs: train on huge image-pair datasets fast and cheap in memory.
+
+Write ``(A, B, label)`` pairs into one FFCV ``.beton`` with :func:`write_pairs`,
+then stream it with :func:`make_loader`.
+"""
+
+__version__ = "0.1.0"
+
+from .schema import ArraySpec, PairSchema
+from .sources import (
+    ArraySource,
+    BatchedSource,
+    IndexedSource,
+    PairSource,
+    PerSampleSource,
+    SourceError,
+    open_source,
+)
+from .writer import WriteReport, write_pairs
+
+__all__ = [
+    "ArraySource",
+    "ArraySpec",
+    "BatchedSource",
+    "IndexedSource",
+    "PairSchema",
+    "PairSource",
+    "PerSampleSource",
+    "SourceError",
+    "WriteReport",
+    "__version__",
+    "open_source",
+    "write_pairs",
+]

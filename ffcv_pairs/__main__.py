@@ -1,0 +1,7 @@
+"""``python -m ffcv_pairs write|inspect|verify ...``; see :mod:`ffcv_pairs.cli`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,176 @@
+"""Where every byte of a `.beton` written by this project lives.
+
+The format is FFCV 1.0.2's, so plain ``ffcv.loader.Loader`` reads these files.
+Because A and B have a fixed size, the layout is a pure function of
+``(schema, num_samples, page_size)``: sample ``i`` sits on data page
+``i // samples_per_page`` at slot ``i % samples_per_page``, A first, then B. A
+sample never straddles a page (as upstream's allocator guarantees), and the
+allocation table is written sorted by pointer. Workers can therefore write any
+page at its final offset, in any order, with no shared allocator.
+
+File order: header, field descriptors, metadata table (one row per sample),
+zero padding to a page boundary, the data pages, the allocation table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from ffcv.fields.base import Field
+from ffcv.types import (
+    ALLOC_TABLE_TYPE,
+    CURRENT_VERSION,
+    TYPE_ID_HANDLER,
+    FieldDescType,
+    HeaderType,
+    get_metadata_type,
+)
+
+from .schema import PairSchema
+
+__all__ = ["MIN_PAGE_SIZE", "BetonLayout", "field_descriptors", "parse_size"]
+
+#: Smallest page size accepted (one OS page); upstream's writer insists on 2 MiB.
+MIN_PAGE_SIZE = 1 << 12
+_MAX_PAGE_SIZE = 1 << 31
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+}
+
+
+def parse_size(text: str | int) -> int:
+    """``"8MiB"`` -> 8388608; plain integers pass through."""
+    if isinstance(text, int):
+        return text
+    s = text.strip().lower()
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = s[len(num) :]
+    if not num or unit not in _UNITS:
+        raise ValueError(f"cannot parse size {text!r}; use bytes or a suffix like 8MiB")
+    return int(float(num) * _UNITS[unit])
+
+
+def field_descriptors(fields: dict[str, Field]) -> np.ndarray:
+    """The FFCV field-descriptor table for ``fields`` (name -> Field), in order."""
+    table = np.zeros(len(fields), dtype=FieldDescType)
+    type_ids = {handler: tid for tid, handler in TYPE_ID_HANDLER.items()}
+    name_len = table[0]["name"].shape[0]
+    for i, (name, field) in enumerate(fields.items()):
+        encoded = np.frombuffer(name.encode("ascii"), dtype="<u1")
+        if len(encoded) > name_len:
+            raise ValueError(f"field name {name!r} is longer than {name_len} bytes")
+        table[i]["type_id"] = type_ids[type(field)]
+        table[i]["name"][: len(encoded)] = encoded
+        table[i]["arguments"][:] = field.to_binary()[0]
+    return table
+
+
+@dataclass(frozen=True)
+class BetonLayout:
+    """Offsets of every region of a `.beton` holding ``num_samples`` pairs."""
+
+    schema: PairSchema
+    num_samples: int
+    page_size: int
+
+    def __post_init__(self) -> None:
+        ps = self.page_size
+        if ps < MIN_PAGE_SIZE or ps > _MAX_PAGE_SIZE or ps & (ps - 1):
+            raise ValueError(
+                f"page_size must be a power of two in [{MIN_PAGE_SIZE}, {_MAX_PAGE_SIZE}], got {ps}"
+            )
+        if self.schema.sample_bytes > ps:
+            need = 1 << (self.schema.sample_bytes - 1).bit_length()
+            raise ValueError(
+                f"one sample ({self.schema.sample_bytes} bytes of A and B) does not fit a "
+                f"page of {ps} bytes; use --page-size {need} or larger"
+            )
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be at least 1, got {self.num_samples}")
+
+    @property
+    def fields(self) -> dict[str, Field]:
+        return self.schema.ffcv_fields()
+
+    @property
+    def metadata_type(self) -> np.dtype:
+        return get_metadata_type(list(self.fields.values()))
+
+    @property
+    def metadata_start(self) -> int:
+        return HeaderType.itemsize + FieldDescType.itemsize * len(self.fields)
+
+    @property
+    def data_start(self) -> int:
+        end = self.metadata_start + self.num_samples * self.metadata_type.itemsize
+        return -(-end // self.page_size) * self.page_size
+
+    @property
+    def samples_per_page(self) -> int:
+        return self.page_size // self.schema.sample_bytes
+
+    @property
+    def num_pages(self) -> int:
+        return -(-self.num_samples // self.samples_per_page)
+
+    @property
+    def alloc_table_ptr(self) -> int:
+        return self.data_start + self.num_pages * self.page_size
+
+    @property
+    def file_size(self) -> int:
+        return self.alloc_table_ptr + 2 * self.num_samples * ALLOC_TABLE_TYPE.itemsize
+
+    def page_samples(self, page: int) -> tuple[int, int]:
+        """Sample range ``[start, stop)`` stored on data page ``page``."""
+        start = page * self.samples_per_page
+        return start, min(self.num_samples, start + self.samples_per_page)
+
+    def ptr_a(self, ids: np.ndarray) -> np.ndarray:
+        """File offsets of image A for sample ids (uint64)."""
+        ids = np.asarray(ids, dtype=np.uint64)
+        spp = np.uint64(self.samples_per_page)
+        return (
+            np.uint64(self.data_start)
+            + (ids // spp) * np.uint64(self.page_size)
+            + (ids % spp) * np.uint64(self.schema.sample_bytes)
+        )
+
+    def header(self) -> np.ndarray:
+        header = np.zeros(1, dtype=HeaderType)
+        header["version"] = CURRENT_VERSION
+        header["num_fields"] = len(self.fields)
+        header["page_size"] = self.page_size
+        header["num_samples"] = self.num_samples
+        header["alloc_table_ptr"] = self.alloc_table_ptr
+        return header
+
+    def metadata_rows(self, start: int, labels: np.ndarray) -> np.ndarray:
+        """Metadata rows for samples ``start .. start+len(labels)``."""
+        ids = np.arange(start, start + len(labels), dtype=np.uint64)
+        rows = np.zeros(len(labels), dtype=self.metadata_type)
+        ptr = self.ptr_a(ids)
+        rows["f0"] = ptr
+        rows["f1"] = ptr + np.uint64(self.schema.a.nbytes)
+        rows["f2"] = labels
+        return rows
+
+    def alloc_rows(self, start: int, stop: int) -> np.ndarray:
+        """Allocation-table rows of samples ``start:stop``, A then B, sorted by pointer."""
+        ids = np.arange(start, stop, dtype=np.uint64)
+        rows = np.zeros((stop - start, 2), dtype=ALLOC_TABLE_TYPE)
+        ptr = self.ptr_a(ids)
+        rows["sample_id"] = ids[:, None]
+        rows["ptr"][:, 0] = ptr
+        rows["ptr"][:, 1] = ptr + np.uint64(self.schema.a.nbytes)
+        rows["size"][:, 0] = self.schema.a.nbytes
+        rows["size"][:, 1] = self.schema.b.nbytes
+        return rows.reshape(-1)

@@ -1,0 +1,111 @@
+"""Shared fixtures: seeded synthetic pairs in tmp_path, in both .pt layouts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+
+def make_arrays(n: int, shape=(3, 8, 8), dtype="uint8", seed: int = 0):
+    """A[i], B[i] = 255 - A[i] (for uint8) and label i, seeded."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "u":
+        a = rng.integers(0, 256, (n, *shape), dtype=np.uint8).astype(dtype)
+        b = (255 - a).astype(dtype)
+    else:
+        a = rng.standard_normal((n, *shape)).astype(dtype)
+        b = (-a).astype(dtype)
+    return a, b, np.arange(n, dtype=np.int64)
+
+
+def write_per_sample(root: Path, split: str, a, b, labels) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(len(a)):
+        torch.save(torch.from_numpy(a[i].copy()), root / f"{split}_A_images_{i}.pt")
+        torch.save(torch.from_numpy(b[i].copy()), root / f"{split}_B_images_{i}.pt")
+        torch.save(torch.tensor(int(labels[i])), root / f"{split}_labels_{i}.pt")
+    return root
+
+
+def write_batched(root: Path, split: str, a, b, labels, per_file: int = 7) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for k, start in enumerate(range(0, len(a), per_file)):
+        items = [
+            (torch.from_numpy(a[i].copy()), torch.from_numpy(b[i].copy()), int(labels[i]))
+            for i in range(start, min(len(a), start + per_file))
+        ]
+        torch.save(items, root / f"{split}_batch_{k}.pt")
+    return root
+
+
+def read_upstream(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Everything in a .beton, read back by plain ffcv.loader.Loader in SEQUENTIAL order.
+
+    Upstream's numba decoder cannot type float16 arrays (its thread dies with
+    ``NotImplementedError: float16`` and the loader hangs), so float16 fields are
+    read as int16 bits and viewed back.
+    """
+    from ffcv.fields import NDArrayField
+    from ffcv.loader import Loader, OrderOption
+
+    dtypes = {}
+
+    class BitsField(NDArrayField):
+        @staticmethod
+        def from_binary(binary):
+            field = NDArrayField.from_binary(binary)
+            dtypes[len(dtypes)] = field.dtype
+            if field.dtype == np.float16:
+                return NDArrayField(np.dtype("int16"), field.shape)
+            return field
+
+    loader = Loader(
+        str(path),
+        batch_size=64,
+        num_workers=1,
+        order=OrderOption.SEQUENTIAL,
+        drop_last=False,
+        custom_fields={"A": BitsField, "B": BitsField},
+    )
+    parts: list[list[np.ndarray]] = [[], [], []]
+    for batch in loader:
+        for p, x in zip(parts, batch):
+            p.append(x.numpy().copy())
+    a, b, labels = (np.concatenate(p) for p in parts)
+    return a.view(dtypes[0]), b.view(dtypes[1]), labels.reshape(-1)
+
+
+@pytest.fixture
+def pairs_dir(tmp_path: Path) -> Callable[..., Path]:
+    """Factory: ``pairs_dir(layout, n, shape, dtype)`` -> directory of .pt files."""
+
+    def make(
+        layout: str = "per-sample",
+        n: int = 40,
+        shape=(3, 8, 8),
+        dtype="uint8",
+        split: str = "train",
+        seed: int = 0,
+    ) -> Path:
+        a, b, labels = make_arrays(n, shape, dtype, seed)
+        root = tmp_path / f"pt-{layout}"
+        writer = write_per_sample if layout == "per-sample" else write_batched
+        return writer(root, split, a, b, labels)
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_process_group():
+    yield
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,46 @@
+"""The install story: environment.yml agrees with pyproject.toml, and the CLI entrypoints exist."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).parents[1]
+CONDA_NAMES = {"torch": "pytorch"}
+
+
+def _split(spec: str) -> tuple[str, str]:
+    m = re.match(r"^\s*([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*(.*)$", spec)
+    assert m, spec
+    return m.group(1).lower(), m.group(3).replace(" ", "")
+
+
+def test_environment_yml_pins_match_pyproject() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    specs: dict[str, str] = {}
+    for dep in env["dependencies"]:
+        for item in dep["pip"] if isinstance(dep, dict) else [dep]:
+            if item.startswith("-e"):
+                continue
+            name, version = _split(
+                item.replace("=", "==", 1) if re.match(r"^[\w-]+=\d", item) else item
+            )
+            specs[name] = version
+    for dep in project["dependencies"]:
+        name, version = _split(dep)
+        conda_name = CONDA_NAMES.get(name, name)
+        assert conda_name in specs, f"{name} is in pyproject.toml but not in environment.yml"
+        assert specs[conda_name] == version, (
+            f"{name}: pyproject.toml says {version!r}, environment.yml says {specs[conda_name]!r}"
+        )
+    assert "-e .[dev,demo,bench]" in env["dependencies"][-1]["pip"]
+
+
+def test_readme_names_the_two_commands() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "make demo" in readme and "make test" in readme
+    assert "make test" in (REPO / ".ci" / "run").read_text()

@@ -1,0 +1,163 @@
+"""The writer: both layouts, several shapes and dtypes, read back bit-exactly by upstream FFCV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_arrays, read_upstream, write_batched, write_per_sample
+
+from ffcv_pairs import ArraySource, IndexedSource, PairSchema, open_source, write_pairs
+from ffcv_pairs.cli import write_main
+from ffcv_pairs.manifest import Manifest, hash_file, manifest_path
+
+CASES = [
+    ((3, 16, 16), "uint8"),
+    ((16, 16, 3), "float32"),
+    ((1, 8, 12), "float16"),
+    ((5, 7), "uint8"),
+    ((4, 10, 10), "float32"),
+]
+
+
+def _same_bytes(x: np.ndarray, y: np.ndarray) -> bool:
+    return x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("layout", ["per-sample", "batched"])
+@pytest.mark.parametrize(("shape", "dtype"), CASES)
+def test_roundtrip_bit_exact(tmp_path: Path, layout: str, shape, dtype) -> None:
+    a, b, labels = make_arrays(37, shape, dtype, seed=len(shape))
+    src_dir = tmp_path / "pt"
+    (write_per_sample if layout == "per-sample" else write_batched)(src_dir, "train", a, b, labels)
+    out = tmp_path / "out"
+    rc = write_main(
+        [
+            str(src_dir),
+            str(out),
+            "--split",
+            "train",
+            "--workers",
+            "2",
+            "--page-size",
+            "8KiB",
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    ra, rb, rl = read_upstream(out / "train.beton")
+    assert _same_bytes(ra, a)
+    assert _same_bytes(rb, b)
+    np.testing.assert_array_equal(rl, labels)
+    # Small pages: the file really spans many pages.
+    assert Manifest.load(manifest_path(out / "train.beton")).num_samples == 37
+
+
+def test_several_splits_and_limit(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(20)
+    write_per_sample(tmp_path / "pt", "train", a, b, labels)
+    write_per_sample(tmp_path / "pt", "val", a[:9], b[:9], labels[:9])
+    rc = write_main(
+        [
+            str(tmp_path / "pt"),
+            str(tmp_path / "out"),
+            "--split",
+            "train",
+            "--split",
+            "val",
+            "--limit",
+            "12",
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    assert len(read_upstream(tmp_path / "out" / "train.beton")[2]) == 12
+    assert len(read_upstream(tmp_path / "out" / "val.beton")[2]) == 9
+
+
+def test_array_and_indexed_sources_match(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(50, (2, 6, 6))
+    write_pairs(
+        ArraySource(a, b, labels), tmp_path / "arr.beton", workers=2, page_size=4096, progress=False
+    )
+    triples = [(torch.from_numpy(a[i]), b[i], int(labels[i])) for i in range(50)]
+    write_pairs(
+        IndexedSource(triples), tmp_path / "idx.beton", workers=1, page_size=4096, progress=False
+    )
+    assert (tmp_path / "arr.beton").read_bytes() == (tmp_path / "idx.beton").read_bytes()
+    ra, rb, rl = read_upstream(tmp_path / "arr.beton")
+    assert _same_bytes(ra, a) and _same_bytes(rb, b)
+    np.testing.assert_array_equal(rl, labels)
+
+
+def test_a_and_b_may_differ_in_shape(tmp_path: Path) -> None:
+    a, _, labels = make_arrays(10, (3, 8, 8))
+    b = np.arange(10 * 4 * 5, dtype=np.float32).reshape(10, 4, 5)
+    report = write_pairs(ArraySource(a, b, labels), tmp_path / "x.beton", progress=False)
+    assert report.schema.b.shape == (4, 5) and report.schema.b.dtype == "float32"
+    ra, rb, _ = read_upstream(tmp_path / "x.beton")
+    assert _same_bytes(ra, a) and _same_bytes(rb, b)
+
+
+def test_store_dtype_uint8_from_whole_floats(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(12, (3, 4, 4))
+    src = write_per_sample(
+        tmp_path / "pt", "train", a.astype(np.float32), b.astype(np.float32), labels
+    )
+    rc = write_main(
+        [
+            str(src),
+            str(tmp_path / "out"),
+            "--split",
+            "train",
+            "--store-dtype",
+            "uint8",
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    ra, rb, _ = read_upstream(tmp_path / "out" / "train.beton")
+    assert _same_bytes(ra, a) and _same_bytes(rb, b)
+
+
+def test_manifest_matches_file(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(30)
+    report = write_pairs(
+        ArraySource(a, b, labels), tmp_path / "m.beton", page_size=4096, progress=False
+    )
+    m = Manifest.load(report.manifest)
+    crcs, sha = hash_file(report.path, m.page_size)
+    assert m.crcs() == crcs and m.sha256 == sha
+    assert m.file_size == report.path.stat().st_size
+    assert m.schema == report.schema.to_json()
+    assert json.loads(report.manifest.read_text())["source"] == "arrays"
+
+
+def test_rewrite_replaces_old_file_only_when_complete(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(10)
+    out = tmp_path / "r.beton"
+    write_pairs(ArraySource(a, b, labels), out, progress=False)
+    write_pairs(ArraySource(b, a, labels), out, progress=False)
+    ra, rb, _ = read_upstream(out)
+    assert _same_bytes(ra, b) and _same_bytes(rb, a)
+    assert not out.with_name("r.beton.partial").exists()
+
+
+def test_schema_is_the_only_place_with_field_names() -> None:
+    assert PairSchema.field_names() == ("A", "B", "label")
+    root = Path(__file__).parents[1] / "ffcv_pairs"
+    offenders = [
+        p.name
+        for p in root.glob("*.py")
+        if p.name != "schema.py" and ('"A"' in p.read_text() or '"label"' in p.read_text())
+    ]
+    assert offenders == []
+
+
+def test_open_source_detects_layouts(pairs_dir) -> None:
+    assert type(open_source(pairs_dir("per-sample"), "train")).__name__ == "PerSampleSource"
+    batched = open_source(pairs_dir("batched", n=15), "train")
+    assert type(batched).__name__ == "BatchedSource" and len(batched) == 15

@@ -1,0 +1,214 @@
+"""Every kind of bad input gets one line naming the file and what is wrong, and exit status 2."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_arrays, write_per_sample
+
+from ffcv_pairs.cli import write_main
+
+REPO = Path(__file__).parents[1]
+
+
+def _run(capsys, src: Path, out: Path, *extra: str) -> tuple[int, str]:
+    rc = write_main([str(src), str(out), "--split", "train", "--no-progress", *extra])
+    err = capsys.readouterr().err.strip()
+    return rc, err
+
+
+def _assert_one_line(rc: int, err: str, *needles: str) -> None:
+    assert rc == 2, err
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    a, b, labels = make_arrays(6, (3, 4, 4))
+    return write_per_sample(tmp_path / "pt", "train", a, b, labels)
+
+
+def test_missing_index(capsys, src: Path, tmp_path: Path) -> None:
+    (src / "train_B_images_3.pt").unlink()
+    rc, err = _run(capsys, src, tmp_path / "out")
+    _assert_one_line(rc, err, "train_B_images_3.pt", "missing")
+    assert not (tmp_path / "out" / "train.beton").exists()
+
+
+def test_corrupt_pt(capsys, src: Path, tmp_path: Path) -> None:
+    (src / "train_A_images_4.pt").write_bytes(b"not a pickle at all")
+    rc, err = _run(capsys, src, tmp_path / "out", "--workers", "2")
+    _assert_one_line(rc, err, "train_A_images_4.pt", "cannot load")
+    assert not (tmp_path / "out" / "train.beton").exists()
+    assert not (tmp_path / "out" / "train.beton.partial").exists()
+
+
+def test_shape_differs_from_sample_0(capsys, src: Path, tmp_path: Path) -> None:
+    torch.save(torch.zeros(3, 4, 5, dtype=torch.uint8), src / "train_B_images_2.pt")
+    rc, err = _run(capsys, src, tmp_path / "out")
+    _assert_one_line(rc, err, "train_B_images_2.pt", "[3, 4, 5]", "sample 0")
+
+
+def test_dtype_differs_from_sample_0(capsys, src: Path, tmp_path: Path) -> None:
+    torch.save(torch.zeros(3, 4, 4, dtype=torch.float32), src / "train_A_images_5.pt")
+    rc, err = _run(capsys, src, tmp_path / "out")
+    _assert_one_line(rc, err, "train_A_images_5.pt", "float32", "sample 0")
+
+
+@pytest.mark.parametrize(
+    ("label", "needle"),
+    [
+        (torch.tensor(1.5), "float32"),
+        (torch.tensor([1, 2]), "shape (2,)"),
+        ("cat", "str"),
+        (True, "bool"),
+    ],
+)
+def test_label_not_an_integer_scalar(capsys, src: Path, tmp_path: Path, label, needle) -> None:
+    torch.save(label, src / "train_labels_1.pt")
+    rc, err = _run(capsys, src, tmp_path / "out")
+    _assert_one_line(rc, err, "train_labels_1.pt", "integer scalar", needle)
+
+
+def test_empty_dir(capsys, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    rc, err = _run(capsys, tmp_path / "empty", tmp_path / "out")
+    _assert_one_line(rc, err, "empty", "no files for split 'train'")
+
+
+def test_unknown_layout(capsys, tmp_path: Path) -> None:
+    d = tmp_path / "odd"
+    d.mkdir()
+    torch.save(torch.zeros(2), d / "train_images_0.pt")
+    rc, err = _run(capsys, d, tmp_path / "out")
+    _assert_one_line(rc, err, "known layout")
+    rc, err = _run(capsys, d, tmp_path / "out", "--layout", "batched")
+    _assert_one_line(rc, err, "no batched files")
+
+
+def test_not_a_directory(capsys, tmp_path: Path) -> None:
+    rc, err = _run(capsys, tmp_path / "nope", tmp_path / "out")
+    _assert_one_line(rc, err, "nope", "not a directory")
+
+
+def test_batched_item_not_a_triple(capsys, tmp_path: Path) -> None:
+    d = tmp_path / "b"
+    d.mkdir()
+    good = [(torch.zeros(2, 2, dtype=torch.uint8), torch.zeros(2, 2, dtype=torch.uint8), 0)]
+    torch.save(good, d / "train_batch_0.pt")
+    torch.save([*good, (torch.zeros(2, 2, dtype=torch.uint8), 1)], d / "train_batch_1.pt")
+    rc, err = _run(capsys, d, tmp_path / "out")
+    _assert_one_line(rc, err, "train_batch_1.pt[1]", "(A, B, label)")
+
+
+def test_unsupported_dtype_and_store_dtype_refusal(capsys, tmp_path: Path) -> None:
+    a = np.full((4, 2, 2), 7, dtype=np.int16)
+    d = write_per_sample(tmp_path / "pt", "train", a, a, np.arange(4))
+    rc, err = _run(capsys, d, tmp_path / "out")
+    _assert_one_line(rc, err, "train_A_images_0.pt", "int16", "--store-dtype")
+    f = np.full((4, 2, 2), 3.0, dtype=np.float32)
+    f[2, 1, 0] = 12.5
+    d2 = write_per_sample(tmp_path / "pt2", "train", f, f, np.arange(4))
+    rc, err = _run(capsys, d2, tmp_path / "out", "--store-dtype", "uint8")
+    _assert_one_line(rc, err, "train_A_images_2.pt", "12.5", "would change")
+
+
+def test_float16_refusal(capsys, tmp_path: Path) -> None:
+    f = np.full((3, 2), 0.1, dtype=np.float32)
+    d = write_per_sample(
+        tmp_path / "pt", "train", f[None].repeat(2, 0), f[None].repeat(2, 0), np.arange(2)
+    )
+    rc, err = _run(capsys, d, tmp_path / "out", "--store-dtype", "float16")
+    _assert_one_line(rc, err, "train_A_images_0.pt", "float16")
+
+
+def test_sample_larger_than_page(capsys, src: Path, tmp_path: Path) -> None:
+    big = torch.zeros(3, 64, 64, dtype=torch.uint8)
+    for i in range(6):
+        torch.save(big, src / f"train_A_images_{i}.pt")
+        torch.save(big, src / f"train_B_images_{i}.pt")
+    rc, err = _run(capsys, src, tmp_path / "out", "--page-size", "4KiB")
+    _assert_one_line(rc, err, "does not fit", "--page-size 32768")
+
+
+def test_bad_page_size(capsys, src: Path, tmp_path: Path) -> None:
+    rc, err = _run(capsys, src, tmp_path / "out", "--page-size", "5000")
+    _assert_one_line(rc, err, "power of two", "5000")
+
+
+def test_cli_subprocess_exit_code_and_no_traceback(src: Path, tmp_path: Path) -> None:
+    (src / "train_labels_0.pt").write_bytes(b"\x00garbage")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "writers" / "write_beton.py"),
+            str(src),
+            str(tmp_path / "o"),
+            "--split",
+            "train",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "train_labels_0.pt" in lines[-1]
+    assert "Traceback" not in proc.stderr
+
+
+SLOW_WRITER = """
+import sys, time, numpy as np
+from ffcv_pairs import IndexedSource, write_pairs
+
+class Slow:
+    def __len__(self): return 400
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        a = np.full((3, 16, 16), i % 256, np.uint8)
+        return a, a, i
+
+write_pairs(IndexedSource(Slow()), sys.argv[1], workers=2, page_size=4096, progress=False)
+"""
+
+
+def test_sigkill_midway_leaves_nothing_that_looks_valid(tmp_path: Path) -> None:
+    from ffcv_pairs import ArraySource, write_pairs
+    from ffcv_pairs.manifest import manifest_path
+
+    out = tmp_path / "k.beton"
+    a, b, labels = make_arrays(5)
+    write_pairs(ArraySource(a, b, labels), out, progress=False)
+    old = out.read_bytes()
+    old_manifest = manifest_path(out).read_bytes()
+
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(out)], start_new_session=True)
+    partial = out.with_name("k.beton.partial")
+    deadline = time.monotonic() + 60
+    while not (partial.exists() and partial.stat().st_size > 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # well inside the ~2 s of work
+    assert proc.poll() is None, "writer finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    assert out.read_bytes() == old  # the older file is untouched
+    assert manifest_path(out).read_bytes() == old_manifest
+    # What is left is named .partial and has no header: nothing opens it as a .beton.
+    assert partial.exists()
+    header = np.fromfile(partial, dtype=np.uint8, count=24)
+    assert not header.any()
+    from ffcv.reader import Reader
+
+    with pytest.raises(AssertionError, match="file format mismatch"):
+        Reader(str(partial))

@@ -6,6 +6,8 @@ then stream it with :func:`make_loader`.
 
 __version__ = "0.1.0"
 
+from .loader import LoaderConfig, LoaderError, PairLoader, make_loader
+from .reader import BetonError, PairReader
 from .schema import ArraySpec, PairSchema
 from .sources import (
     ArraySource,
@@ -22,13 +24,19 @@ __all__ = [
     "ArraySource",
     "ArraySpec",
     "BatchedSource",
+    "BetonError",
     "IndexedSource",
+    "LoaderConfig",
+    "LoaderError",
+    "PairLoader",
+    "PairReader",
     "PairSchema",
     "PairSource",
     "PerSampleSource",
     "SourceError",
     "WriteReport",
     "__version__",
+    "make_loader",
     "open_source",
     "write_pairs",
 ]

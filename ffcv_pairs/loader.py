@@ -1,0 +1,446 @@
+"""The loader: distributed quasi-random FFCV streaming of ``(A, B, label)`` batches.
+
+Example::
+
+    from ffcv_pairs import make_loader
+    loader = make_loader("out/train.beton", batch_size=256)   # DDP-aware
+    for epoch in range(10):
+        loader.set_epoch(epoch)
+        for a, b, label in loader:   # uint8 (B,C,H,W), uint8, int64 (B,)
+            ...
+
+Composed from upstream FFCV parts (``Graph``, ``EpochIterator``, ``Compiler``)
+with this project's reader, memory manager, traversal order and ops; upstream's
+``Loader.__init__`` is not used, because it builds the slow per-sample dicts and
+rejects a custom order.
+
+**Reused buffers.** Batches live in ``batches_ahead + 3`` reused buffer slots,
+so a consumer may hold the batch it is working on plus one more (Lightning
+prefetches one batch) while the next ones are prepared; a third batch kept
+beyond that may be overwritten. Clone what you need to keep longer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from queue import Queue
+from typing import Any
+
+import numpy as np
+import torch
+from ffcv.loader.epoch_iterator import EpochIterator
+from ffcv.pipeline import PipelineSpec
+from ffcv.pipeline.compiler import Compiler
+from ffcv.pipeline.graph import Graph
+from ffcv.pipeline.operation import Operation
+from ffcv.transforms import ToDevice, ToTensor
+
+from .decoders import ImageDecoder, LabelDecoder
+from .memory import PageIndex, PairOSCacheManager
+from .order import ORDERS, OrderKind, OrderSpec, PairTraversalOrder
+from .reader import PairReader
+from .schema import PairSchema
+
+__all__ = ["LoaderConfig", "LoaderError", "PairLoader", "make_loader"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW_BYTES = 256 << 20
+
+
+class LoaderError(RuntimeError):
+    """The loading thread failed; the cause is chained."""
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """Everything :class:`PairLoader` needs besides the file. See :func:`make_loader`."""
+
+    batch_size: int
+    order: OrderKind = "quasi_random"
+    os_cache: bool = True
+    distributed: bool | None = None
+    seed: int = 0
+    drop_last: bool = True
+    augment: Any = None  # PairAugment | None; typed loosely to avoid an import cycle
+    device: str | None = None
+    num_threads: int | None = None
+    batches_ahead: int = 3
+    window_bytes: int = DEFAULT_WINDOW_BYTES
+    rank: int | None = None
+    world_size: int | None = None
+    indices: np.ndarray | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"order {self.order!r} is not supported; must be one of {ORDERS}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.batches_ahead < 1:
+            raise ValueError(f"batches_ahead must be at least 1, got {self.batches_ahead}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
+        if self.window_bytes < 1:
+            raise ValueError(f"window_bytes must be positive, got {self.window_bytes}")
+        if not self.os_cache:
+            raise ValueError(
+                "os_cache=False (FFCV's process cache) is not supported: it needs upstream's "
+                "per-sample dicts. Use os_cache=True; the quasi-random order keeps reads "
+                "page-local for files larger than RAM."
+            )
+
+
+def _resolve_world(cfg: LoaderConfig) -> tuple[int, int]:
+    if cfg.rank is not None or cfg.world_size is not None:
+        if cfg.rank is None or cfg.world_size is None:
+            raise ValueError("pass both rank and world_size, or neither")
+        return cfg.rank, cfg.world_size
+    dist = torch.distributed
+    initialised = dist.is_available() and dist.is_initialized()
+    if cfg.distributed and not initialised:
+        raise ValueError(
+            "distributed=True needs an initialised torch.distributed process group "
+            "(or pass rank= and world_size=)"
+        )
+    if (cfg.distributed is None and initialised) or cfg.distributed:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def default_num_threads(world_size: int) -> int:
+    """The node's cores split across its local ranks (``LOCAL_WORLD_SIZE``)."""
+    cores = len(os.sched_getaffinity(0))
+    local = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE")
+    local_ranks = int(local) if local else world_size
+    return max(1, cores // max(1, local_ranks))
+
+
+def _resolve_device(device: str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class _PairEpochIterator(EpochIterator):
+    """Upstream's epoch thread with a shorter queue (so the consumer may hold two
+    batches) and with pipeline errors raised in the consumer instead of a hang."""
+
+    def __init__(self, engine: _Engine, order: np.ndarray, queue_size: int):
+        self.error: BaseException | None = None
+        self._deferred = True
+        super().__init__(engine, order)
+        self.output_queue: Queue[Any] = Queue(queue_size)
+        self._deferred = False
+        self.start()
+
+    def start(self) -> None:
+        if not self._deferred:
+            super().start()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as e:
+            self.error = e
+            self.output_queue.put(None)
+
+    def __next__(self):
+        try:
+            return super().__next__()
+        except StopIteration:
+            if self.error is not None:
+                raise LoaderError(f"loading failed: {self.error!r}") from self.error
+            raise
+
+
+@dataclass
+class _Engine:
+    """The attributes upstream's ``EpochIterator`` reads from its loader."""
+
+    reader: PairReader
+    batch_size: int
+    batches_ahead: int
+    num_workers: int
+    memory_manager: PairOSCacheManager
+    traversal_order: PairTraversalOrder
+    graph: Graph
+    code: Any = None
+
+
+def _build_graph(
+    reader: PairReader, pipelines: dict[str, list[Operation]], memory_read: Any
+) -> tuple[Graph, Any]:
+    specs = {
+        name: PipelineSpec(name, decoder=ops[0], transforms=ops[1:])
+        for name, ops in pipelines.items()
+    }
+    field_ix = {name: i for i, name in enumerate(reader.handlers)}
+    graph = Graph(specs, reader.handlers, field_ix, reader.metadata, memory_read)
+    # Our ops return thin Python wrappers around cached @njit kernels: keep FFCV
+    # from wrapping them in a fresh njit, which would recompile on every loader.
+    enabled = Compiler.is_enabled
+    Compiler.set_enabled(False)
+    try:
+        _, code = graph.collect_requirements()
+        return graph, graph.codegen_all(code)
+    finally:
+        Compiler.set_enabled(enabled)
+
+
+class PairLoader:
+    """Streams ``(A, B, label)`` batches from a pair `.beton`. Build it with :func:`make_loader`.
+
+    Attributes:
+        schema: The file's :class:`~ffcv_pairs.schema.PairSchema`.
+        rank, world_size: This process's place in the (possibly simulated) job.
+        num_threads: JIT threads used by the pipeline.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], config: LoaderConfig):
+        self.config = cfg = config
+        self.reader = PairReader(path)
+        self.path = self.reader.path
+        self.schema: PairSchema = self.reader.schema
+        self.rank, self.world_size = _resolve_world(cfg)
+        self.num_threads = cfg.num_threads or default_num_threads(self.world_size)
+        self.device = _resolve_device(cfg.device)
+        self.index = PageIndex.build(self.reader, cfg.indices)
+        window = max(1, cfg.window_bytes // int(self.reader.page_size))
+        self.spec = OrderSpec(
+            cfg.order, cfg.batch_size, cfg.seed, self.rank, self.world_size, cfg.drop_last, window
+        )
+        share = self.spec.num_samples(self.index.num_samples)
+        if cfg.drop_last and share == 0:
+            each = self.index.num_samples // self.world_size
+            raise ValueError(
+                f"{self.path}: batch_size {cfg.batch_size} is larger than this rank's share of "
+                f"{each} samples ({self.index.num_samples} samples over world_size "
+                f"{self.world_size}); use a smaller batch_size or drop_last=False"
+            )
+        self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
+        self._clock[0] = cfg.seed
+        memory = PairOSCacheManager(self.reader)
+        graph, code = _build_graph(self.reader, self._pipelines(), memory.compile_reader())
+        self._engine = _Engine(
+            self.reader,
+            cfg.batch_size,
+            cfg.batches_ahead + 1,
+            self.num_threads,
+            memory,
+            PairTraversalOrder(self.index, self.spec),
+            graph,
+            code,
+        )
+        self._next_epoch = 0
+        self._resume: tuple[int, int] | None = None
+        self._progress: tuple[int, int] | None = None  # (epoch, batches) while iterating
+        self._active: _PairEpochIterator | None = None
+
+    # -- pipelines ---------------------------------------------------------------------
+    def _pipelines(self) -> dict[str, list[Operation]]:
+        aug = self.config.augment
+        to_device: list[Operation] = []
+        if self.device.type != "cpu":
+            to_device = [ToDevice(self.device, non_blocking=True)]
+        pipelines: dict[str, list[Operation]] = {}
+        for name in PairSchema.IMAGE_FIELDS:
+            cpu_ops = aug.cpu_ops(name, self.schema, self._clock) if aug else []
+            dev_ops = aug.device_ops(name, self.schema) if aug else []
+            pipelines[name] = [ImageDecoder(), *cpu_ops, ToTensor(), *to_device, *dev_ops]
+        pipelines[PairSchema.LABEL_FIELD] = [LabelDecoder(), ToTensor(), *to_device]
+        return pipelines
+
+    # -- epochs ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        n = self.spec.num_samples(self.index.num_samples)
+        bs = self.config.batch_size
+        return n // bs if self.config.drop_last else -(-n // bs)
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    @property
+    def num_samples(self) -> int:
+        """Samples this rank reads per epoch."""
+        return self.spec.num_samples(self.index.num_samples)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` run ``epoch`` (otherwise epochs count up from 0)."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be non-negative, got {epoch}")
+        self._next_epoch = int(epoch)
+
+    @property
+    def sampler(self) -> PairLoader:
+        """Lightning calls ``dataloader.sampler.set_epoch(epoch)`` at each epoch start."""
+        return self
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """Sample ids this rank reads in ``epoch``, in order (before batching)."""
+        order = self._engine.traversal_order.sample_order(epoch)
+        return np.asarray(order)[: len(self) * self.batch_size]
+
+    def close(self) -> None:
+        """Stop the loading thread of an unfinished epoch."""
+        if self._active is not None:
+            self._active.close()
+            self._active = None
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        self.close()
+        epoch = self._next_epoch
+        self._next_epoch = epoch + 1
+        skip = 0
+        if self._resume is not None and self._resume[0] == epoch:
+            skip = self._resume[1]
+        self._resume = None
+        order = self.epoch_order(epoch)[skip * self.batch_size :]
+        self._clock[1] = epoch
+        self._progress = (epoch, skip)
+        Compiler.set_num_threads(self.num_threads)
+        if len(order) == 0:
+            self._progress = None
+            return iter(())
+        self._active = _PairEpochIterator(self._engine, order, self.config.batches_ahead)
+        return self._iterate(self._active, epoch, skip)
+
+    def _iterate(self, it: _PairEpochIterator, epoch: int, done: int):
+        try:
+            for batch in it:
+                done += 1
+                self._progress = (epoch, done)
+                yield batch
+            self._progress = None
+        finally:
+            it.close()
+
+    # -- resume ------------------------------------------------------------------------
+    def _fingerprint(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "seed": s.seed,
+            "world_size": s.world_size,
+            "batch_size": s.batch_size,
+            "order": s.kind,
+            "drop_last": s.drop_last,
+            "window_pages": s.window_pages,
+            "num_samples": self.index.num_samples,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank is: the epoch to run (or in progress) and batches consumed of it."""
+        if self._progress is not None and self._progress[1] < len(self):
+            epoch, done = self._progress
+        else:
+            epoch = self._progress[0] + 1 if self._progress else self._next_epoch
+            done = 0
+        return {"epoch": epoch, "batches_consumed": done, "rank": self.rank, **self._fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: the rest of that epoch comes out exactly as it would have.
+
+        Mid-epoch state (``batches_consumed > 0``) must come from a job with the same
+        seed, world size, batch size, order and file; a different world size is
+        accepted only at an epoch boundary, where the next epoch is re-sharded.
+
+        Raises:
+            ValueError: naming the setting that differs.
+        """
+        done = int(state["batches_consumed"])
+        if done:
+            mine = self._fingerprint()
+            diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
+            if diff:
+                what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in diff.items())
+                raise ValueError(
+                    f"cannot resume mid-epoch (epoch {state['epoch']}, batch {done}): {what}. "
+                    f"Resume with the original settings, or from an end-of-epoch checkpoint"
+                )
+            if done > len(self):
+                raise ValueError(f"batches_consumed {done} exceeds the epoch's {len(self)}")
+        self._next_epoch = int(state["epoch"])
+        self._resume = (self._next_epoch, done)
+
+    def describe(self) -> str:
+        return (
+            f"{self.path.name}: {self.num_samples} samples on rank {self.rank}/{self.world_size}, "
+            f"{len(self)} batches of {self.batch_size}, order={self.spec.kind} "
+            f"(window {self.spec.window_pages} pages of {self.reader.page_size >> 10} KiB), "
+            f"{self.num_threads} threads, device={self.device}"
+        )
+
+    def __repr__(self) -> str:
+        return f"PairLoader({self.describe()})"
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def make_loader(
+    path: str | os.PathLike[str],
+    *,
+    batch_size: int,
+    order: OrderKind = "quasi_random",
+    os_cache: bool = True,
+    distributed: bool | None = None,
+    seed: int = 0,
+    drop_last: bool = True,
+    augment: Any = None,
+    device: str | None = None,
+    num_threads: int | None = None,
+    batches_ahead: int = 3,
+    **more: Any,
+) -> PairLoader:
+    """A loader over the pair `.beton` at ``path``.
+
+    Args:
+        path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
+            with fields ``A``, ``B`` (NDArrayField) and ``label`` (IntField)).
+        batch_size: Samples per batch on this rank.
+        order: ``"quasi_random"`` (default), ``"random"`` or ``"sequential"``.
+        os_cache: Read through the OS page cache (shared by all ranks on a node).
+        distributed: Shard across ranks. ``None``: if ``torch.distributed`` is initialised.
+        seed: Order (and augmentation) seed, the same on every rank.
+        drop_last: Equal, whole batches on every rank; without it nothing is dropped.
+        augment: A :class:`~ffcv_pairs.augment.PairAugment`, or None.
+        device: Where batches go; default ``"cuda"`` when available, else CPU.
+        num_threads: JIT threads; default: the node's cores over its local ranks.
+        batches_ahead: Batches prepared ahead of the consumer.
+        **more: Further :class:`LoaderConfig` fields: ``window_bytes``, ``rank``,
+            ``world_size``, ``indices``.
+
+    Raises:
+        BetonError: the file is not a readable pair `.beton`.
+        ValueError: a bad argument, named with the value given.
+    """
+    unknown = set(more) - {f for f in LoaderConfig.__dataclass_fields__}
+    if unknown:
+        raise TypeError(f"make_loader() got unexpected keyword argument(s) {sorted(unknown)}")
+    cfg = LoaderConfig(
+        batch_size=batch_size,
+        order=order,
+        os_cache=os_cache,
+        distributed=distributed,
+        seed=seed,
+        drop_last=drop_last,
+        augment=augment,
+        device=device,
+        num_threads=num_threads,
+        batches_ahead=batches_ahead,
+        **more,
+    )
+    return PairLoader(path, cfg)
+
+
+def config_dict(cfg: LoaderConfig) -> dict[str, Any]:
+    """``cfg`` as plain values (for logs and checkpoints)."""
+    d = asdict(cfg)
+    d.pop("indices", None)
+    d["augment"] = repr(cfg.augment) if cfg.augment is not None else None
+    return d

@@ -1,0 +1,110 @@
+"""Index structures over the file, built with numpy instead of per-sample Python objects.
+
+Upstream's ``MemoryManager.__init__`` builds ``dict``\\ s of ``set``\\ s over the
+whole allocation table in every rank: 8-14 s and 3-6 GB at 3M samples. Here:
+
+* :class:`PageIndex` is the page -> samples map in CSR form (two int64 arrays),
+  from one vectorised pass over the memory-mapped metadata.
+* :class:`PairOSCacheManager` is upstream's ``OSCacheManager`` without that
+  ``__init__``: the OS-cache path only needs the pointer-sorted ``ptrs`` and
+  ``sizes`` for its ``searchsorted`` reader, and a file written by this project
+  stores its allocation table already sorted, so they are zero-copy views of
+  the mapped table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+from ffcv.memory_managers import OSCacheManager
+from ffcv.memory_managers.os_cache import OSCacheContext
+
+from .reader import PairReader
+from .schema import PairSchema
+
+__all__ = ["PageIndex", "PairOSCacheManager"]
+
+
+@dataclass(frozen=True)
+class PageIndex:
+    """Which samples live on which page, for a subset of sample ids (CSR).
+
+    Attributes:
+        pages: Page numbers that hold at least one selected sample, ascending.
+        starts: ``samples[starts[k]:starts[k+1]]`` are the samples on ``pages[k]``.
+        samples: Selected sample ids grouped by page (ascending within a page).
+    """
+
+    pages: np.ndarray
+    starts: np.ndarray
+    samples: np.ndarray
+
+    @classmethod
+    def build(cls, reader: PairReader, indices: np.ndarray | None = None) -> PageIndex:
+        ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[0])
+        shift = np.uint64(int(reader.page_size).bit_length() - 1)
+        if indices is None:
+            samples = np.arange(reader.num_samples, dtype=np.int64)
+            page_of = np.asarray(ptrs) >> shift
+        else:
+            samples = np.unique(np.asarray(indices, dtype=np.int64))
+            page_of = np.asarray(ptrs[samples]) >> shift
+        if len(page_of) > 1 and np.any(page_of[1:] < page_of[:-1]):
+            # Files from upstream's multi-process writer are not in page order.
+            by_page = np.argsort(page_of, kind="stable")
+            samples, page_of = samples[by_page], page_of[by_page]
+        if len(page_of):
+            first = np.flatnonzero(np.diff(page_of, prepend=page_of[0] - np.uint64(1)))
+        else:
+            first = np.zeros(0, dtype=np.int64)
+        pages = page_of[first].astype(np.int64)
+        starts = np.append(first, len(samples)).astype(np.int64)
+        return cls(pages=pages, starts=starts, samples=samples)
+
+    @property
+    def num_pages(self) -> int:
+        return len(self.pages)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.samples)
+
+    def counts(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+    def page_lookup(self, reader: PairReader, ids: np.ndarray) -> np.ndarray:
+        """Page number of each sample id in ``ids``."""
+        ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[0])
+        return (
+            np.asarray(ptrs[np.asarray(ids)]) >> np.uint64(int(reader.page_size).bit_length() - 1)
+        ).astype(np.int64)
+
+
+@nb.njit(cache=True, nogil=True)
+def _read_allocation(address, mem_state):  # pragma: no cover - JIT
+    size = mem_state[2][np.searchsorted(mem_state[1], address)]
+    return mem_state[0][address : address + size]
+
+
+class PairOSCacheManager(OSCacheManager):
+    """Upstream's OS-cache memory manager with a vectorised, zero-copy start-up."""
+
+    def __init__(self, reader: PairReader):
+        self.reader = reader
+        table = reader.alloc_table
+        ptrs, sizes = table["ptr"], table["size"]
+        if len(ptrs) > 1 and np.any(ptrs[1:] < ptrs[:-1]):
+            by_ptr = np.argsort(ptrs, kind="stable")
+            ptrs, sizes = np.ascontiguousarray(ptrs[by_ptr]), np.ascontiguousarray(sizes[by_ptr])
+        self.ptrs, self.sizes = ptrs, sizes
+        self.context = OSCacheContext(self)
+
+    @property
+    def state_type(self):
+        # Any-layout arrays: the columns of the mapped table are strided views.
+        return nb.types.Tuple([nb.uint8[::1], nb.uint64[:], nb.uint64[:]])
+
+    def compile_reader(self):
+        return _read_allocation

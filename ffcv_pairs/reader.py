@@ -1,0 +1,147 @@
+"""Open a `.beton` safely: validate every region first, then memory-map the tables.
+
+Upstream's ``ffcv.reader.Reader`` trusts the file: a truncated or unfinished
+file gives an ``AssertionError``, a numpy error, a hang in a loader thread or a
+segfault in a JIT kernel that reads past the end of the mapping. And it copies
+the metadata and allocation tables into private memory with ``np.fromfile``.
+:class:`PairReader` subclasses it to check the header, the field table and
+every data pointer before anything reads through them, and maps both tables
+read-only so that all ranks on a node share one copy in the page cache.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ffcv.reader import Reader
+from ffcv.types import ALLOC_TABLE_TYPE, CURRENT_VERSION, FieldDescType, HeaderType
+
+from .schema import PairSchema
+
+__all__ = ["BetonError", "PairReader"]
+
+_MAX_FIELDS = 64
+
+
+class BetonError(ValueError):
+    """A file that is not a readable `.beton`; the message names the file and the problem."""
+
+
+class PairReader(Reader):
+    """A validating, memory-mapping :class:`ffcv.reader.Reader` for pair files.
+
+    Args:
+        path: The `.beton` file.
+
+    Raises:
+        BetonError: the file is missing, not a `.beton`, unfinished, truncated,
+            has pointers outside the file, or lacks the ``A``/``B``/``label`` fields.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise BetonError(f"{self.path}: no such file")
+        self.file_size = self.path.stat().st_size
+        super().__init__(str(self.path))
+        try:
+            self.schema = PairSchema.from_handlers(self.handlers, str(self.path))
+        except ValueError as e:
+            raise BetonError(str(e)) from None
+        self._check_pointers()
+
+    def _fail(self, what: str) -> BetonError:
+        return BetonError(f"{self.path}: {what}")
+
+    def read_header(self) -> None:
+        if self.file_size < HeaderType.itemsize:
+            raise self._fail(f"too small to be a .beton ({self.file_size} bytes)")
+        header = np.fromfile(self._fname, dtype=HeaderType, count=1)[0]
+        if not np.frombuffer(header.tobytes(), dtype=np.uint8).any():
+            raise self._fail("header is empty: an unfinished or interrupted write")
+        if header["version"] != CURRENT_VERSION:
+            raise self._fail(
+                f"not a .beton (format version {int(header['version'])}, "
+                f"expected {CURRENT_VERSION})"
+            )
+        page_size, ptr = int(header["page_size"]), int(header["alloc_table_ptr"])
+        num_fields, n = int(header["num_fields"]), int(header["num_samples"])
+        if page_size < 1 or page_size & (page_size - 1):
+            raise self._fail(f"corrupt header: page_size {page_size} is not a power of two")
+        if not 1 <= num_fields <= _MAX_FIELDS:
+            raise self._fail(f"corrupt header: {num_fields} fields")
+        if ptr == 0:
+            raise self._fail("no allocation table: an unfinished or interrupted write")
+        meta_start = HeaderType.itemsize + num_fields * FieldDescType.itemsize
+        if not meta_start <= ptr <= self.file_size:
+            raise self._fail(
+                f"truncated or corrupt: allocation table at byte {ptr}, file is "
+                f"{self.file_size} bytes"
+            )
+        if (self.file_size - ptr) % ALLOC_TABLE_TYPE.itemsize:
+            raise self._fail(
+                f"truncated: allocation table of {self.file_size - ptr} bytes is not a "
+                f"multiple of {ALLOC_TABLE_TYPE.itemsize}"
+            )
+        if n < 1:
+            raise self._fail("holds no samples")
+        self.num_samples, self.page_size, self.num_fields = n, page_size, num_fields
+        self.header = header
+
+    def read_field_descriptors(self) -> None:
+        try:
+            super().read_field_descriptors()
+        except (KeyError, ValueError, UnicodeDecodeError, IndexError, AssertionError) as e:
+            raise self._fail(f"corrupt field table ({type(e).__name__}: {e})") from None
+
+    def read_metadata(self) -> None:
+        offset = HeaderType.itemsize + self.field_descriptors.nbytes
+        end = offset + self.num_samples * self.metadata_type.itemsize
+        if end > int(self.header["alloc_table_ptr"]):
+            raise self._fail(
+                f"truncated or corrupt: {self.num_samples} metadata rows end at byte {end}, "
+                f"past the allocation table at {int(self.header['alloc_table_ptr'])}"
+            )
+        self.metadata: np.ndarray[Any, Any] = np.memmap(
+            self._fname,
+            dtype=self.metadata_type,
+            mode="r",
+            offset=offset,
+            shape=(self.num_samples,),
+        )
+
+    def read_allocation_table(self) -> None:
+        ptr = int(self.header["alloc_table_ptr"])
+        count = (self.file_size - ptr) // ALLOC_TABLE_TYPE.itemsize
+        if count == 0:
+            self.alloc_table = np.zeros(0, dtype=ALLOC_TABLE_TYPE)
+            return
+        self.alloc_table = np.memmap(
+            self._fname, dtype=ALLOC_TABLE_TYPE, mode="r", offset=ptr, shape=(count,)
+        )
+
+    def field_index(self, name: str) -> int:
+        return self.field_names.index(name)
+
+    def image_pointers(self, name: str) -> np.ndarray:
+        """The data pointer of image field ``name`` for every sample (a memmap view)."""
+        return self.metadata[f"f{self.field_index(name)}"]
+
+    def _check_pointers(self) -> None:
+        """Every image must lie inside the data region: JIT kernels do not bounds-check."""
+        data_start = HeaderType.itemsize + self.field_descriptors.nbytes
+        data_start += self.num_samples * self.metadata_type.itemsize
+        data_end = int(self.header["alloc_table_ptr"])
+        for name in PairSchema.IMAGE_FIELDS:
+            ptrs = self.image_pointers(name)
+            lo, hi = int(ptrs.min()), int(ptrs.max())
+            size = self.schema.spec(name).nbytes
+            if lo < data_start or hi + size > data_end:
+                bad = int(np.argmax((ptrs < data_start) | (ptrs + np.uint64(size) > data_end)))
+                raise self._fail(
+                    f"corrupt metadata: sample {bad} field {name!r} points at byte "
+                    f"{int(ptrs[bad])}, outside the data region [{data_start}, {data_end})"
+                )

@@ -1,0 +1,173 @@
+"""The loader in one process: exact bytes, shapes, epochs, held batches and bad input."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_arrays
+
+from ffcv_pairs import ArraySource, BetonError, PairReader, make_loader, write_pairs
+
+
+def _write(
+    tmp_path: Path, n=300, shape=(3, 8, 8), dtype="uint8", page_size=4096, name="d.beton"
+) -> tuple[Path, np.ndarray, np.ndarray]:
+    a, b, labels = make_arrays(n, shape, dtype, seed=n)
+    path = tmp_path / name
+    write_pairs(ArraySource(a, b, labels), path, page_size=page_size, progress=False)
+    return path, a, b
+
+
+@pytest.mark.parametrize("order", ["quasi_random", "random", "sequential"])
+@pytest.mark.parametrize(
+    ("shape", "dtype"), [((3, 8, 8), "uint8"), ((8, 8, 2), "float16"), ((1, 5, 7), "float32")]
+)
+def test_every_sample_exact(tmp_path: Path, order: str, shape, dtype) -> None:
+    path, a, b = _write(tmp_path, shape=shape, dtype=dtype)
+    loader = make_loader(
+        path, batch_size=32, order=order, drop_last=False, num_threads=2, window_bytes=8192
+    )
+    seen = []
+    for xa, xb, label in loader:
+        assert xa.dtype == getattr(torch, dtype) and tuple(xa.shape[1:]) == shape
+        assert label.dtype == torch.int64 and label.ndim == 1
+        ids = label.numpy()
+        assert xa.numpy().tobytes() == a[ids].tobytes()
+        assert xb.numpy().tobytes() == b[ids].tobytes()
+        seen.extend(ids.tolist())
+    assert sorted(seen) == list(range(len(a)))
+
+
+def test_len_epochs_and_set_epoch(tmp_path: Path) -> None:
+    path, _, _ = _write(tmp_path)
+    loader = make_loader(path, batch_size=32, window_bytes=8192)
+    assert len(loader) == 300 // 32
+    runs = [torch.cat([lab.clone() for _, _, lab in loader]) for _ in range(2)]
+    assert len(runs[0]) == len(loader) * 32
+    assert not torch.equal(runs[0], runs[1]), "epochs must count up by themselves"
+    loader.set_epoch(0)
+    assert torch.equal(torch.cat([lab.clone() for _, _, lab in loader]), runs[0])
+    loader.set_epoch(1)
+    assert torch.equal(torch.cat([lab.clone() for _, _, lab in loader]), runs[1])
+    np.testing.assert_array_equal(loader.epoch_order(1), runs[1].numpy())
+
+
+def test_a_held_batch_is_not_overwritten(tmp_path: Path) -> None:
+    """Like Lightning: hold batch k and batch k+1 while the loader runs ahead."""
+    path, a, _ = _write(tmp_path, n=2000, page_size=8192)
+    loader = make_loader(path, batch_size=10, order="random", batches_ahead=2, num_threads=1)
+    it = iter(loader)
+    prev = next(it)
+    prev_copy = [t.clone() for t in prev]
+    for cur in it:
+        time.sleep(0.002)  # let the loader fill every free slot
+        for t, c in zip(prev, prev_copy):
+            assert torch.equal(t, c), "a held batch was overwritten"
+        assert prev[0].numpy().tobytes() == a[prev[2].numpy()].tobytes()
+        prev, prev_copy = cur, [t.clone() for t in cur]
+
+
+def test_breaking_out_and_starting_again(tmp_path: Path) -> None:
+    path, _, _ = _write(tmp_path)
+    loader = make_loader(path, batch_size=16, order="sequential")
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    first = next(iter(loader))  # a fresh epoch, not the rest of the old one
+    assert first[2][0].item() == 0
+
+
+def test_reader_maps_tables_instead_of_copying(tmp_path: Path) -> None:
+    path, _, _ = _write(tmp_path)
+    reader = PairReader(path)
+    assert isinstance(reader.metadata, np.memmap)
+    assert isinstance(reader.alloc_table, np.memmap)
+    assert reader.schema.a.shape == (3, 8, 8)
+
+
+# -- bad input --------------------------------------------------------------------------
+
+
+def test_not_a_beton(tmp_path: Path) -> None:
+    p = tmp_path / "notes.txt"
+    p.write_text("hello, this is not a beton file at all" * 10)
+    with pytest.raises(BetonError, match=r"notes.txt: not a \.beton"):
+        make_loader(p, batch_size=4)
+    with pytest.raises(BetonError, match="no such file"):
+        make_loader(tmp_path / "missing.beton", batch_size=4)
+    (tmp_path / "tiny").write_bytes(b"\x02\x00")
+    with pytest.raises(BetonError, match="too small"):
+        make_loader(tmp_path / "tiny", batch_size=4)
+
+
+def test_truncated(tmp_path: Path) -> None:
+    path, _, _ = _write(tmp_path)
+    data = path.read_bytes()
+    for cut in (len(data) - 5, len(data) // 2, 100):
+        (tmp_path / "t.beton").write_bytes(data[:cut])
+        with pytest.raises(BetonError, match=r"t\.beton: truncated"):
+            make_loader(tmp_path / "t.beton", batch_size=4)
+
+
+def test_unfinished_write(tmp_path: Path) -> None:
+    path, _, _ = _write(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[:24] = bytes(24)
+    (tmp_path / "u.beton").write_bytes(bytes(data))
+    with pytest.raises(BetonError, match="unfinished"):
+        make_loader(tmp_path / "u.beton", batch_size=4)
+
+
+def test_pointer_outside_file(tmp_path: Path) -> None:
+    path, _, _ = _write(tmp_path)
+    reader = PairReader(path)
+    offset = reader.metadata.offset + 7 * reader.metadata.itemsize
+    data = bytearray(path.read_bytes())
+    data[offset : offset + 8] = np.uint64(len(data) + 10).tobytes()
+    (tmp_path / "p.beton").write_bytes(bytes(data))
+    with pytest.raises(BetonError, match="sample 7 field 'A' points at byte"):
+        make_loader(tmp_path / "p.beton", batch_size=4)
+
+
+def test_missing_fields(tmp_path: Path) -> None:
+    from ffcv.fields import IntField, NDArrayField
+    from ffcv.writer import DatasetWriter
+
+    path = tmp_path / "other.beton"
+    fields = {"image": NDArrayField(np.dtype("uint8"), (4,)), "label": IntField()}
+    DatasetWriter(str(path), fields, num_workers=1).from_indexed_dataset(
+        [(np.zeros(4, np.uint8), 1)] * 5
+    )
+    with pytest.raises(BetonError, match=r"other.beton: missing field\(s\) \['A', 'B'\]"):
+        make_loader(path, batch_size=2)
+
+
+def test_batch_larger_than_rank_share(tmp_path: Path) -> None:
+    path, _, _ = _write(tmp_path, n=100)
+    with pytest.raises(ValueError, match="batch_size 64 is larger than this rank's share of 50"):
+        make_loader(path, batch_size=64, rank=1, world_size=2)
+    loader = make_loader(path, batch_size=64, rank=1, world_size=2, drop_last=False)
+    assert len(loader) == 1 and len(next(iter(loader))[2]) == 50
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"order": "shuffle"}, "order 'shuffle'"),
+        ({"batch_size": 0}, "batch_size must"),
+        ({"num_threads": 0}, "num_threads must"),
+        ({"rank": 1}, "pass both rank and world_size"),
+        ({"distributed": True}, "initialised torch.distributed"),
+        ({"bogus": 1}, "bogus"),
+        ({"os_cache": False}, "os_cache=False"),
+    ],
+)
+def test_bad_arguments(tmp_path: Path, kwargs, needle) -> None:
+    path, _, _ = _write(tmp_path)
+    args = {"batch_size": 4, **kwargs}
+    with pytest.raises((ValueError, TypeError), match=needle.replace("(", r"\(")):
+        make_loader(path, **args)

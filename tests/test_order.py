@@ -1,0 +1,158 @@
+"""The distributed orders as pure functions: called once per rank, no process group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_arrays
+
+from ffcv_pairs import ArraySource, PairReader, write_pairs
+from ffcv_pairs.memory import PageIndex
+from ffcv_pairs.order import OrderSpec, epoch_order
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> tuple[PageIndex, PairReader]:
+    # 1001 samples of 2*192 bytes on 4 KiB pages: 10 per page, 101 pages, a short last page.
+    a, b, labels = make_arrays(1001, (3, 8, 8))
+    path = tmp_path_factory.mktemp("order") / "o.beton"
+    write_pairs(ArraySource(a, b, labels), path, page_size=4096, progress=False)
+    reader = PairReader(path)
+    return PageIndex.build(reader), reader
+
+
+def _orders(index: PageIndex, kind: str, world: int, epoch: int = 0, **kw) -> list[np.ndarray]:
+    return [
+        epoch_order(index, OrderSpec(kind, rank=r, world_size=world, **kw), epoch)
+        for r in range(world)
+    ]
+
+
+@pytest.mark.parametrize("kind", ["quasi_random", "random", "sequential"])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("bs", [1, 16, 64])
+def test_disjoint_equal_and_nearly_complete(index, kind: str, world: int, bs: int) -> None:
+    idx, _ = index
+    orders = _orders(idx, kind, world, batch_size=bs, window_pages=3)
+    lengths = {len(o) for o in orders}
+    assert len(lengths) == 1, "every rank must have the same length"
+    assert lengths.pop() % bs == 0
+    union = np.concatenate(orders)
+    assert len(np.unique(union)) == len(union), "ranks overlap"
+    assert 0 <= idx.num_samples - len(union) < world * bs
+    assert set(union.tolist()) <= set(range(idx.num_samples))
+
+
+@pytest.mark.parametrize("kind", ["quasi_random", "random", "sequential"])
+@pytest.mark.parametrize("world", [1, 3])
+def test_without_drop_last_nothing_is_dropped(index, kind: str, world: int) -> None:
+    idx, _ = index
+    orders = _orders(idx, kind, world, batch_size=64, drop_last=False, window_pages=3)
+    union = np.concatenate(orders)
+    assert sorted(union.tolist()) == list(range(idx.num_samples))
+    assert max(map(len, orders)) - min(map(len, orders)) <= 1
+
+
+@pytest.mark.parametrize("kind", ["quasi_random", "random"])
+def test_pure_in_seed_and_epoch(index, kind: str) -> None:
+    idx, _ = index
+    first = _orders(idx, kind, 2, epoch=5, batch_size=8, seed=3, window_pages=4)
+    again = _orders(idx, kind, 2, epoch=5, batch_size=8, seed=3, window_pages=4)
+    for x, y in zip(first, again):
+        np.testing.assert_array_equal(x, y)
+    other_epoch = _orders(idx, kind, 2, epoch=6, batch_size=8, seed=3, window_pages=4)
+    other_seed = _orders(idx, kind, 2, epoch=5, batch_size=8, seed=4, window_pages=4)
+    assert not np.array_equal(first[0], other_epoch[0])
+    assert not np.array_equal(first[0], other_seed[0])
+
+
+def test_dropped_samples_rotate(index) -> None:
+    idx, _ = index
+    dropped = []
+    for epoch in range(4):
+        union = np.concatenate(
+            _orders(idx, "quasi_random", 4, epoch, batch_size=64, window_pages=3)
+        )
+        dropped.append(frozenset(set(range(idx.num_samples)) - set(union.tolist())))
+    assert all(0 < len(d) < 4 * 64 for d in dropped)
+    assert len(set(dropped)) == 4
+
+
+@pytest.mark.parametrize("window", [1, 2, 5])
+def test_quasi_random_pages_per_batch_bounded(index, window: int) -> None:
+    idx, reader = index
+    bs, spp = 32, 10
+    bound = window + -(-bs // spp) + 1
+    for rank, order in enumerate(
+        _orders(idx, "quasi_random", 3, batch_size=bs, window_pages=window)
+    ):
+        pages = idx.page_lookup(reader, order)
+        per_batch = [len(np.unique(pages[i : i + bs])) for i in range(0, len(order), bs)]
+        assert max(per_batch) <= bound, (rank, per_batch)
+    # Fully random reads far more pages per batch.
+    rnd = _orders(idx, "random", 1, batch_size=bs)[0]
+    pages = idx.page_lookup(reader, rnd)
+    assert np.mean([len(np.unique(pages[i : i + bs])) for i in range(0, len(rnd), bs)]) > bound
+
+
+def test_ranks_read_whole_runs_of_pages(index) -> None:
+    idx, reader = index
+    world = 4
+    orders = _orders(idx, "quasi_random", world, batch_size=8, window_pages=2)
+    owners: dict[int, set[int]] = {}
+    for rank, order in enumerate(orders):
+        for page in np.unique(idx.page_lookup(reader, order)):
+            owners.setdefault(int(page), set()).add(rank)
+    shared = [p for p, ranks in owners.items() if len(ranks) > 1]
+    assert len(shared) <= world - 1
+
+
+def test_quasi_random_is_shuffled_within_a_rank(index) -> None:
+    idx, _ = index
+    order = _orders(idx, "quasi_random", 1, batch_size=1, window_pages=4)[0]
+    assert not np.array_equal(order, np.sort(order))
+    # Not just a page permutation: samples of one page are shuffled too.
+    assert np.mean(np.diff(order) == 1) < 0.5
+
+
+def test_subset_indices(index) -> None:
+    _, reader = index
+    sub = np.arange(0, 1001, 3)
+    idx = PageIndex.build(reader, sub)
+    orders = _orders(idx, "quasi_random", 2, batch_size=10, window_pages=2)
+    union = np.concatenate(orders)
+    assert set(union.tolist()) <= set(sub.tolist())
+    assert len(sub) - len(union) < 2 * 10
+
+
+def test_bad_specs() -> None:
+    with pytest.raises(ValueError, match="'shuffled'"):
+        OrderSpec("shuffled")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rank 2"):
+        OrderSpec(rank=2, world_size=2)
+    with pytest.raises(ValueError, match="window_pages"):
+        OrderSpec(window_pages=0)
+
+
+def test_upstream_written_file(tmp_path: Path) -> None:
+    """Upstream's writer (2 processes) interleaves pages; the index sorts them out."""
+    from ffcv.fields import IntField, NDArrayField
+    from ffcv.writer import DatasetWriter
+
+    a, b, labels = make_arrays(3000, (3, 32, 32))
+    ds = [(a[i], b[i], int(labels[i])) for i in range(len(a))]
+    path = tmp_path / "up.beton"
+    fields = {
+        "A": NDArrayField(np.dtype("uint8"), (3, 32, 32)),
+        "B": NDArrayField(np.dtype("uint8"), (3, 32, 32)),
+        "label": IntField(),
+    }
+    DatasetWriter(str(path), fields, num_workers=2).from_indexed_dataset(ds, chunksize=50)
+    reader = PairReader(path)
+    idx = PageIndex.build(reader)
+    assert idx.num_samples == 3000 and len(idx.pages) > 1
+    orders = _orders(idx, "quasi_random", 2, batch_size=16, window_pages=1)
+    union = np.concatenate(orders)
+    assert len(np.unique(union)) == len(union) and 3000 - len(union) < 32

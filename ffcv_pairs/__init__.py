@@ -6,6 +6,7 @@ then stream it with :func:`make_loader`.
 
 __version__ = "0.1.0"
 
+from .augment import PairAugment
 from .loader import LoaderConfig, LoaderError, PairLoader, make_loader
 from .reader import BetonError, PairReader
 from .schema import ArraySpec, PairSchema
@@ -28,6 +29,7 @@ __all__ = [
     "IndexedSource",
     "LoaderConfig",
     "LoaderError",
+    "PairAugment",
     "PairLoader",
     "PairReader",
     "PairSchema",

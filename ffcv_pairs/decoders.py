@@ -1,19 +1,24 @@
-"""FFCV decoders for pair files: images straight from the page cache, labels as ``(B,)``.
+"""FFCV decoders for pair files: A and B in one pass, labels as ``(B,)``.
 
-Kernels are module-level ``@njit(cache=True, parallel=True)`` functions, so they
-compile once per machine, not once per loader. An op's ``generate_code`` returns
-a thin Python function that calls its kernel with the op's parameters; the
-loader builds its pipeline with FFCV's compiler switched off, so FFCV does not
-wrap that function in a fresh (uncacheable) ``njit`` every time.
+:class:`PairDecoder` reads A and B of each sample in one parallel kernel,
+straight from the page cache, and applies the (shared) geometric augmentation
+on the way, so augmented batches cost one pass over memory. Its result is the
+pair of buffers; :class:`TakeField` picks A in the A pipeline and B in the B
+pipeline (which references the decoder, an upstream ``RefNode``).
 
-Kernels see images as bytes: float16, which numba cannot type, decodes like
-any other dtype.
+Kernels are module-level ``@njit(cache=True)`` functions (see :mod:`kernels`), so
+they compile once per machine, not once per loader. ``generate_code`` returns a
+thin Python function that calls the kernel with the op's parameters; the loader
+builds its pipeline with FFCV's compiler switched off, so FFCV does not wrap it
+in a fresh, uncacheable ``njit``. Kernels see images as bytes, so float16, which
+numba cannot type, decodes like any other dtype.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numba as nb
 import numpy as np
@@ -21,20 +26,119 @@ from ffcv.pipeline.allocation_query import AllocationQuery
 from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
-__all__ = ["ImageDecoder", "LabelDecoder", "as_bytes"]
+from . import kernels as K
+from .schema import ArraySpec, PairSchema
+
+if TYPE_CHECKING:
+    from .augment import ImageLayout, PairAugment
+
+__all__ = ["LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
 
 
-def as_bytes(batch: np.ndarray) -> np.ndarray:
-    """``(B, ...)`` array of any dtype -> ``(B, nbytes)`` uint8 view."""
-    return batch.reshape(batch.shape[0], -1).view(np.uint8)
+def planes_view(batch: np.ndarray, planes: int, height: int) -> np.ndarray:
+    """``(B, ...)`` array of any dtype -> ``(B, planes, height, bytes per row)`` uint8 view."""
+    return batch.view(np.uint8).reshape(batch.shape[0], planes, height, -1)
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
-def _decode_images(indices, ptrs, mmap, out):  # pragma: no cover - JIT
-    nbytes = out.shape[1]
-    for i in nb.prange(len(indices)):
-        p = ptrs[indices[i]]
-        out[i, :] = mmap[p : p + nbytes]
+class _FieldPlan:
+    """How the decoder reads one field and what it writes."""
+
+    def __init__(self, spec: ArraySpec, layout: ImageLayout | None, aug: PairAugment | None):
+        self.spec = spec
+        geometric = aug is not None and aug.has_geometry and aug.crop_scale is None
+        if layout is None or not geometric:
+            self.out_shape = spec.shape
+            self.geo = np.array([1, 1, spec.nbytes, 1], dtype=np.int64)
+            self.out_planes, self.out_height = 1, 1
+            self.fill = np.zeros(1, dtype=np.uint8)
+            return
+        assert aug is not None
+        item = spec.np_dtype.itemsize
+        self.out_shape = aug.output_shape(layout)
+        self.geo = np.array(
+            [layout.planes, layout.height, layout.width, layout.pixel * item], dtype=np.int64
+        )
+        self.out_planes = layout.planes
+        self.out_height = aug.crop[0] if aug.crop is not None else layout.height
+        self.fill = np.full(layout.pixel, aug.fill, dtype=spec.np_dtype).view(np.uint8)
+
+
+class PairDecoder(Operation):
+    """Decode A and B together (optionally with the shared geometric augmentation).
+
+    Args:
+        schema: The file's schema.
+        ptr_b: Data pointers of field B (A's arrive as the decoder's metadata).
+        augment: Geometry to apply on the way, or None.
+        clock: ``[seed, epoch]``, updated by the loader before each epoch.
+    """
+
+    def __init__(
+        self, schema: PairSchema, ptr_b: np.ndarray, augment: PairAugment | None, clock: np.ndarray
+    ):
+        super().__init__()
+        layouts = augment.layouts(schema) if augment is not None else {}
+        self.plans = [
+            _FieldPlan(schema.spec(n), layouts.get(n), augment) for n in schema.IMAGE_FIELDS
+        ]
+        geometric = augment is not None and augment.has_geometry and augment.crop_scale is None
+        if geometric:
+            assert augment is not None
+            self.g = augment.geometry_vector(layouts[schema.IMAGE_FIELDS[0]])
+        else:
+            self.g = np.zeros(K.G_SIZE, dtype=np.float64)
+            self.g[K.G_IDENTITY] = 1.0
+        self.ptr_b, self.clock = ptr_b, clock
+
+    def declare_state_and_memory(self, previous_state: State):
+        a = self.plans[0]
+        queries = [AllocationQuery(p.out_shape, p.spec.np_dtype) for p in self.plans]
+        return replace(
+            previous_state, jit_mode=True, shape=a.out_shape, dtype=a.spec.np_dtype
+        ), queries
+
+    def generate_code(self) -> Callable:
+        pa, pb = self.plans
+        g, clock, ptr_b = self.g, self.clock, self.ptr_b
+
+        def decode(indices, destination, metadata, storage_state):
+            out_a, out_b = destination
+            K.decode_pairs(
+                indices,
+                metadata,
+                ptr_b,
+                storage_state[0],
+                planes_view(out_a, pa.out_planes, pa.out_height),
+                planes_view(out_b, pb.out_planes, pb.out_height),
+                pa.geo,
+                pb.geo,
+                g,
+                clock,
+                pa.fill,
+                pb.fill,
+            )
+            return out_a, out_b
+
+        return decode
+
+
+class TakeField(Operation):
+    """Pick field ``index`` (0 for A, 1 for B) of the decoder's result; no copy."""
+
+    def __init__(self, index: int, shape: tuple[int, ...], dtype: np.dtype):
+        super().__init__()
+        self.index, self.shape, self.dtype = index, shape, dtype
+
+    def declare_state_and_memory(self, previous_state: State):
+        return replace(previous_state, jit_mode=True, shape=self.shape, dtype=self.dtype), None
+
+    def generate_code(self) -> Callable:
+        index = self.index
+
+        def take(pair, _):
+            return pair[index]
+
+        return take
 
 
 @nb.njit(cache=True, nogil=True)
@@ -43,33 +147,13 @@ def _decode_labels(indices, labels, out):  # pragma: no cover - JIT
         out[i] = labels[indices[i]]
 
 
-class ImageDecoder(Operation):
-    """Copy each sample's image bytes from the mapped file into the batch buffer."""
-
-    def declare_state_and_memory(self, previous_state: State) -> tuple[State, AllocationQuery]:
-        shape, dtype = tuple(self.field.shape), np.dtype(self.field.dtype)
-        return (
-            replace(previous_state, jit_mode=True, shape=shape, dtype=dtype),
-            AllocationQuery(shape, dtype),
-        )
-
-    def generate_code(self) -> Callable:
-        def decode(indices, destination, metadata, storage_state):
-            out = destination[: len(indices)]
-            _decode_images(indices, metadata, storage_state[0], as_bytes(out))
-            return out
-
-        return decode
-
-
 class LabelDecoder(Operation):
     """Labels as a ``(B,)`` int64 array (upstream's ``IntDecoder`` gives ``(B, 1)``)."""
 
-    def declare_state_and_memory(self, previous_state: State) -> tuple[State, AllocationQuery]:
+    def declare_state_and_memory(self, previous_state: State):
         dtype = np.dtype("<i8")
-        return (
-            replace(previous_state, jit_mode=True, shape=(), dtype=dtype),
-            AllocationQuery((), dtype),
+        return replace(previous_state, jit_mode=True, shape=(), dtype=dtype), AllocationQuery(
+            (), dtype
         )
 
     def generate_code(self) -> Callable:

@@ -39,7 +39,7 @@ from ffcv.pipeline.graph import Graph
 from ffcv.pipeline.operation import Operation
 from ffcv.transforms import ToDevice, ToTensor
 
-from .decoders import ImageDecoder, LabelDecoder
+from .decoders import LabelDecoder, PairDecoder, TakeField
 from .memory import PageIndex, PairOSCacheManager
 from .order import ORDERS, OrderKind, OrderSpec, PairTraversalOrder
 from .reader import PairReader
@@ -172,12 +172,8 @@ class _Engine:
 
 
 def _build_graph(
-    reader: PairReader, pipelines: dict[str, list[Operation]], memory_read: Any
+    reader: PairReader, specs: dict[str, PipelineSpec], memory_read: Any
 ) -> tuple[Graph, Any]:
-    specs = {
-        name: PipelineSpec(name, decoder=ops[0], transforms=ops[1:])
-        for name, ops in pipelines.items()
-    }
     field_ix = {name: i for i, name in enumerate(reader.handlers)}
     graph = Graph(specs, reader.handlers, field_ix, reader.metadata, memory_read)
     # Our ops return thin Python wrappers around cached @njit kernels: keep FFCV
@@ -241,18 +237,32 @@ class PairLoader:
         self._active: _PairEpochIterator | None = None
 
     # -- pipelines ---------------------------------------------------------------------
-    def _pipelines(self) -> dict[str, list[Operation]]:
+    def _pipelines(self) -> dict[str, PipelineSpec]:
+        """A: decoder (both images) -> take A -> ...; B: the same decoder -> take B -> ..."""
         aug = self.config.augment
         to_device: list[Operation] = []
         if self.device.type != "cpu":
             to_device = [ToDevice(self.device, non_blocking=True)]
-        pipelines: dict[str, list[Operation]] = {}
-        for name in PairSchema.IMAGE_FIELDS:
-            cpu_ops = aug.cpu_ops(name, self.schema, self._clock) if aug else []
-            dev_ops = aug.device_ops(name, self.schema) if aug else []
-            pipelines[name] = [ImageDecoder(), *cpu_ops, ToTensor(), *to_device, *dev_ops]
-        pipelines[PairSchema.LABEL_FIELD] = [LabelDecoder(), ToTensor(), *to_device]
-        return pipelines
+        b_ptrs = self.reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
+        decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock)
+        specs: dict[str, PipelineSpec] = {}
+        for index, name in enumerate(PairSchema.IMAGE_FIELDS):
+            plan = decoder.plans[index]
+            ops = [
+                TakeField(index, plan.out_shape, plan.spec.np_dtype),
+                *(aug.cpu_ops(name, self.schema, self._clock) if aug else []),
+                ToTensor(),
+                *to_device,
+                *(aug.device_ops(name, self.schema) if aug else []),
+            ]
+            if index == 0:
+                specs[name] = PipelineSpec(name, decoder=decoder, transforms=ops)
+            else:
+                specs[name] = PipelineSpec(decoder, transforms=ops)
+        specs[PairSchema.LABEL_FIELD] = PipelineSpec(
+            PairSchema.LABEL_FIELD, decoder=LabelDecoder(), transforms=[ToTensor(), *to_device]
+        )
+        return specs
 
     # -- epochs ------------------------------------------------------------------------
     def __len__(self) -> int:

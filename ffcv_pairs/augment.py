@@ -1,0 +1,351 @@
+"""``PairAugment``: one random transform applied identically to A and B, reproducibly.
+
+Example (Python, or the ``augment:`` block of a LightningCLI YAML)::
+
+    PairAugment(hflip=0.5, crop=(56, 56), crop_padding=4, pad_mode="reflect",
+                brightness=0.2, brightness_paired=False,
+                normalize_mean=(123.7, 116.3, 103.5), normalize_std=(58.4, 57.1, 57.4))
+
+**Geometric** ops (crop / resized crop, translate, flips, rot90) are always
+shared by A and B: one parameter draw per sample moves both images the same
+way (``paired_geometry=False`` exists only to show what breaks without it).
+They run in this order: take the region (a random crop of the padded image, or
+a random resized crop), shifted by the translation; flip; rotate by k*90 deg.
+Out-of-image pixels follow ``pad_mode`` (``constant`` uses ``fill``).
+
+**Photometric** ops (brightness, contrast, gaussian noise) each have a
+``*_paired`` switch: paired, A and B get the same factor (and noise); unpaired,
+each image draws its own.
+
+**Output**: ``normalize_mean``/``normalize_std`` (per channel, in stored units,
+e.g. 0-255 for uint8) and ``out_dtype`` are applied after the batch reaches
+``device`` (the GPU when there is one), so the host moves compact uint8.
+
+Every random number is a hash of ``(seed, epoch, sample_id, op)``: identical
+for A and B, and the same for every run, thread count, rank layout and order.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+
+from . import kernels as K
+from .schema import ArraySpec, PairSchema
+
+__all__ = ["ImageLayout", "PairAugment", "image_layout"]
+
+PadMode = Literal["constant", "reflect", "edge"]
+_PAD_MODES = {"constant": K.PAD_CONSTANT, "reflect": K.PAD_REFLECT, "edge": K.PAD_EDGE}
+OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """Where the channels are: ``first`` (C, H, W), ``last`` (H, W, C) or ``none`` (H, W)."""
+
+    channels: Literal["first", "last", "none"]
+    height: int
+    width: int
+    num_channels: int
+
+    @property
+    def planes(self) -> int:
+        return self.num_channels if self.channels == "first" else 1
+
+    @property
+    def pixel(self) -> int:
+        """Elements per pixel within a plane."""
+        return self.num_channels if self.channels == "last" else 1
+
+    def shape(self, height: int, width: int) -> tuple[int, ...]:
+        c = self.num_channels
+        if self.channels == "first":
+            return (c, height, width)
+        if self.channels == "last":
+            return (height, width, c)
+        return (height, width)
+
+    def channel_axis(self) -> int | None:
+        """Axis of channels in a batch ``(B, ...)``."""
+        return {"first": 1, "last": 3, "none": None}[self.channels]
+
+
+def image_layout(spec: ArraySpec, channels: str = "auto", name: str = "image") -> ImageLayout:
+    """Infer (or check) where the channel axis of ``spec`` is.
+
+    ``auto``: 2-d is ``none``; 3-d takes the axis (first or last) that is strictly
+    smaller than the other two as channels.
+    """
+    shape = spec.shape
+    if len(shape) == 2:
+        if channels not in ("auto", "none"):
+            raise ValueError(f"{name}: shape {shape} has no channel axis (channels={channels!r})")
+        return ImageLayout("none", shape[0], shape[1], 1)
+    if len(shape) != 3:
+        raise ValueError(f"{name}: augmentation needs 2-d or 3-d images, got shape {shape}")
+    if channels == "auto":
+        if shape[0] < min(shape[1:]):
+            channels = "first"
+        elif shape[2] < min(shape[:2]):
+            channels = "last"
+        else:
+            raise ValueError(
+                f"{name}: cannot tell the channel axis of shape {shape}; set "
+                f"augment channels: first (C,H,W) or last (H,W,C)"
+            )
+    if channels == "first":
+        return ImageLayout("first", shape[1], shape[2], shape[0])
+    if channels == "last":
+        return ImageLayout("last", shape[0], shape[1], shape[2])
+    raise ValueError(f"channels must be auto, first or last, got {channels!r}")
+
+
+def _check_prob(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"augment {name}={value} must be a probability in [0, 1]")
+
+
+def _check_pair(name: str, value: Any, lo: float, hi: float | None = None) -> None:
+    if value is None:
+        return
+    if len(value) != 2 or not lo <= value[0] <= value[1] or (hi is not None and value[1] > hi):
+        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"augment {name}={tuple(value)} must be (low, high) with values {bound}")
+
+
+@dataclass(frozen=True)
+class PairAugment:
+    """Paired, reproducible JIT augmentation. See the module docstring.
+
+    Args:
+        hflip: Probability of a horizontal flip (A and B together).
+        vflip: Probability of a vertical flip.
+        rot90: Rotate by a random multiple of 90 degrees (needs square output).
+        crop: Output ``(height, width)`` of a random crop, or None.
+        crop_padding: Pixels of padding on each side before a random crop.
+        crop_scale: ``(low, high)`` area fraction: makes ``crop`` a random
+            *resized* crop (bilinear), as torchvision's RandomResizedCrop.
+        crop_ratio: ``(low, high)`` aspect ratio range of the resized crop.
+        translate: Maximum shift ``(dy, dx)`` in pixels of the crop window.
+        pad_mode: ``constant`` (``fill``), ``reflect`` or ``edge`` for pixels outside.
+        fill: Value of ``constant`` padding.
+        brightness: Multiply by a factor in ``[1 - b, 1 + b]``.
+        contrast: Scale deviations from the image mean by ``[1 - c, 1 + c]``.
+        noise_std: Standard deviation of additive gaussian noise (stored units).
+        brightness_paired, contrast_paired, noise_paired: Same draw for A and B.
+        paired_geometry: Keep True. False draws geometry for A and B
+            independently, which destroys the pairing (for demonstrations).
+        normalize_mean, normalize_std: Per-channel ``(x - mean) / std`` on the device.
+        out_dtype: Output dtype; default float32 when normalizing, else unchanged.
+        channels: ``auto``, ``first`` (C,H,W) or ``last`` (H,W,C).
+    """
+
+    hflip: float = 0.0
+    vflip: float = 0.0
+    rot90: bool = False
+    crop: tuple[int, int] | None = None
+    crop_padding: int = 0
+    crop_scale: tuple[float, float] | None = None
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    translate: tuple[int, int] = (0, 0)
+    pad_mode: PadMode = "constant"
+    fill: float = 0.0
+    brightness: float = 0.0
+    contrast: float = 0.0
+    noise_std: float = 0.0
+    brightness_paired: bool = True
+    contrast_paired: bool = True
+    noise_paired: bool = False
+    paired_geometry: bool = True
+    normalize_mean: tuple[float, ...] | None = None
+    normalize_std: tuple[float, ...] | None = None
+    out_dtype: OutDtype | None = None
+    channels: Literal["auto", "first", "last"] = "auto"
+
+    def __post_init__(self) -> None:
+        for name in (
+            "crop",
+            "crop_scale",
+            "crop_ratio",
+            "translate",
+            "normalize_mean",
+            "normalize_std",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+        self._check_geometry()
+        self._check_photometric_and_output()
+
+    def _check_geometry(self) -> None:
+        _check_prob("hflip", self.hflip)
+        _check_prob("vflip", self.vflip)
+        if self.crop is not None and (len(self.crop) != 2 or min(self.crop) < 1):
+            raise ValueError(f"augment crop={self.crop} must be (height, width) >= 1")
+        if self.crop_padding < 0:
+            raise ValueError(f"augment crop_padding={self.crop_padding} must be >= 0")
+        _check_pair("crop_scale", self.crop_scale, 1e-6, 1.0)
+        _check_pair("crop_ratio", self.crop_ratio, 1e-6)
+        if self.crop_scale is not None and self.crop is None:
+            raise ValueError("augment crop_scale needs crop=(height, width), the output size")
+        if self.crop_scale is not None and self.crop_padding:
+            raise ValueError("augment crop_padding applies to plain crops; unset it or crop_scale")
+        if len(self.translate) != 2 or min(self.translate) < 0:
+            raise ValueError(f"augment translate={self.translate} must be (dy, dx) >= 0")
+        if self.pad_mode not in _PAD_MODES:
+            raise ValueError(
+                f"augment pad_mode={self.pad_mode!r} must be one of {list(_PAD_MODES)}"
+            )
+
+    def _check_photometric_and_output(self) -> None:
+        for name in ("brightness", "contrast"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"augment {name}={getattr(self, name)} must be in [0, 1)")
+        if self.noise_std < 0:
+            raise ValueError(f"augment noise_std={self.noise_std} must be >= 0")
+        if (self.normalize_mean is None) != (self.normalize_std is None):
+            raise ValueError("augment normalize_mean and normalize_std go together")
+        if self.normalize_std is not None and min(self.normalize_std) <= 0:
+            raise ValueError(f"augment normalize_std={self.normalize_std} must be positive")
+        if self.out_dtype not in (None, "uint8", "float16", "bfloat16", "float32"):
+            raise ValueError(
+                f"augment out_dtype={self.out_dtype!r} must be uint8, float16, bfloat16 or float32"
+            )
+
+    # -- construction ------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PairAugment:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown augment option(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> PairAugment:
+        """Load from a YAML file holding the options (optionally under ``augment:``)."""
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping of augment options")
+        return cls.from_dict(data.get("augment", data))
+
+    # -- what the loader asks ------------------------------------------------------------
+    @property
+    def has_geometry(self) -> bool:
+        return bool(
+            self.hflip or self.vflip or self.rot90 or self.crop is not None or any(self.translate)
+        )
+
+    @property
+    def has_photometric(self) -> bool:
+        return bool(self.brightness or self.contrast or self.noise_std)
+
+    def layouts(self, schema: PairSchema) -> dict[str, ImageLayout]:
+        """The layout of each image field, checked against this config."""
+        out = {
+            name: image_layout(schema.spec(name), self.channels, name)
+            for name in schema.IMAGE_FIELDS
+        }
+        a, b = (out[n] for n in schema.IMAGE_FIELDS)
+        if (
+            self.has_geometry
+            and self.paired_geometry
+            and (a.height, a.width) != (b.height, b.width)
+        ):
+            raise ValueError(
+                f"paired geometric augmentation needs A and B of the same size, got "
+                f"{(a.height, a.width)} and {(b.height, b.width)}"
+            )
+        for name, lay in out.items():
+            oh, ow = self.crop if self.crop is not None else (lay.height, lay.width)
+            if self.crop is not None and self.crop_scale is None:
+                room = (lay.height + 2 * self.crop_padding, lay.width + 2 * self.crop_padding)
+                if oh > room[0] or ow > room[1]:
+                    raise ValueError(
+                        f"augment crop={self.crop} is larger than {name}'s image "
+                        f"{(lay.height, lay.width)} plus 2*crop_padding={2 * self.crop_padding}"
+                    )
+            if self.rot90 and oh != ow:
+                raise ValueError(f"augment rot90 needs a square output, got {(oh, ow)}")
+            if self.pad_mode == "reflect" and self.crop_padding >= min(lay.height, lay.width):
+                raise ValueError(
+                    f"augment crop_padding={self.crop_padding} must be smaller than "
+                    f"{name}'s image size for pad_mode='reflect'"
+                )
+            if self.normalize_mean is not None:
+                for key in ("normalize_mean", "normalize_std"):
+                    if len(getattr(self, key)) != lay.num_channels:
+                        raise ValueError(
+                            f"augment {key} has {len(getattr(self, key))} values but {name} "
+                            f"has {lay.num_channels} channel(s) (shape {schema.spec(name).shape})"
+                        )
+        return out
+
+    def output_shape(self, layout: ImageLayout) -> tuple[int, ...]:
+        oh, ow = self.crop if self.crop is not None else (layout.height, layout.width)
+        return layout.shape(oh, ow)
+
+    def geometry_vector(self, layout: ImageLayout) -> np.ndarray:
+        """The float64 config vector the geometry kernels read (see :mod:`kernels`)."""
+        g = np.zeros(K.G_SIZE, dtype=np.float64)
+        oh, ow = self.crop if self.crop is not None else (layout.height, layout.width)
+        g[K.G_HFLIP], g[K.G_VFLIP], g[K.G_ROT90] = self.hflip, self.vflip, float(self.rot90)
+        g[K.G_OUT_H], g[K.G_OUT_W], g[K.G_PAD] = oh, ow, self.crop_padding
+        if self.crop_scale is not None:
+            g[K.G_SCALE_LO], g[K.G_SCALE_HI] = self.crop_scale
+            g[K.G_RATIO_LO], g[K.G_RATIO_HI] = self.crop_ratio
+        g[K.G_TRANS_Y], g[K.G_TRANS_X] = self.translate
+        g[K.G_PAD_MODE] = _PAD_MODES[self.pad_mode]
+        g[K.G_CROP] = float(self.crop is not None)
+        g[K.G_RESIZE] = float(self.crop_scale is not None)
+        g[K.G_PAIRED] = float(self.paired_geometry)
+        g[K.G_IDENTITY] = float(not self.has_geometry)
+        return g
+
+    def photometric_vector(self) -> np.ndarray:
+        return np.array(
+            [
+                self.brightness,
+                self.brightness_paired,
+                self.contrast,
+                self.contrast_paired,
+                self.noise_std,
+                self.noise_paired,
+            ],
+            dtype=np.float64,
+        )
+
+    def resolved_out_dtype(self, stored: str) -> str:
+        if self.out_dtype is not None:
+            return self.out_dtype
+        return "float32" if self.normalize_mean is not None else stored
+
+    def cpu_ops(self, name: str, schema: PairSchema, clock: np.ndarray) -> list[Any]:
+        """Ops for ``name`` after the shared decoder (see :func:`pipeline_ops`)."""
+        from .ops import Photometric, ResizedCrop
+
+        layout = self.layouts(schema)[name]
+        tag = schema.IMAGE_FIELDS.index(name)
+        ops: list[Any] = []
+        if self.crop_scale is not None:
+            ops.append(ResizedCrop(self, layout, clock, tag))
+        if self.has_photometric:
+            ops.append(Photometric(self, clock, tag))
+        return ops
+
+    def device_ops(self, name: str, schema: PairSchema) -> list[Any]:
+        from .ops import NormalizeConvert
+
+        layout = self.layouts(schema)[name]
+        out = self.resolved_out_dtype(schema.spec(name).dtype)
+        if self.normalize_mean is None and out == schema.spec(name).dtype:
+            return []
+        return [
+            NormalizeConvert(self.normalize_mean, self.normalize_std, out, layout.channel_axis())
+        ]

@@ -1,0 +1,478 @@
+"""Numba kernels for decoding and augmenting pairs. Cached on disk, parallel over the batch.
+
+Randomness is counter-based: every random number is ``hash(seed, epoch,
+sample_id, op, field_tag, k)``. Nothing depends on thread scheduling, rank,
+traversal order or what else is in the batch, so A and B (which share the
+key unless an op is unpaired) get the same parameters, on every run.
+
+Images are seen in a canonical 4-d form ``(planes, height, width * pixel)``:
+CHW is ``(C, H, W)`` with 1-element pixels, HWC is ``(1, H, W*C)`` with
+C-element pixels. The geometric decoder moves whole pixels as bytes, so it
+works for any dtype; numeric kernels take uint8 or float32 arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from .order import mix64
+
+__all__ = [
+    "OP_BRIGHTNESS",
+    "OP_CONTRAST",
+    "OP_GEOMETRY",
+    "OP_NOISE",
+    "copy_bytes",
+    "decode_pairs",
+    "geometry_params",
+    "photometric",
+    "resized_crop",
+    "reverse_bytes",
+    "uniform",
+]
+
+# Op ids: part of the random key, so ops never share random numbers.
+OP_GEOMETRY, OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE = 1, 2, 3, 4
+
+# Layout of the geometry config vector ``g`` (float64).
+G_HFLIP, G_VFLIP, G_ROT90, G_OUT_H, G_OUT_W, G_PAD = 0, 1, 2, 3, 4, 5
+G_SCALE_LO, G_SCALE_HI, G_RATIO_LO, G_RATIO_HI, G_TRANS_Y, G_TRANS_X = 6, 7, 8, 9, 10, 11
+G_PAD_MODE, G_CROP, G_RESIZE, G_PAIRED, G_IDENTITY = 12, 13, 14, 15, 16
+G_SIZE = 17
+PAD_CONSTANT, PAD_REFLECT, PAD_EDGE = 0, 1, 2
+
+# Layout of per-sample geometry parameters.
+P_HFLIP, P_VFLIP, P_ROT, P_Y0, P_X0, P_RH, P_RW = 0, 1, 2, 3, 4, 5, 6
+P_SIZE = 7
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@intrinsic
+def copy_bytes(typingctx, dst, d0, src, s0, n):  # pragma: no cover - JIT
+    """``dst[d0:d0+n] = src[s0:s0+n]`` for 1-d uint8 arrays, as one ``llvm.memcpy``.
+
+    Numba does not vectorise a forward byte loop, and a slice assignment costs
+    more than the copy at 64-byte rows; an intrinsic is also cacheable (a ctypes
+    ``memcpy`` is not).
+    """
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst_v, d0_v, src_v, s0_v, n_v = args
+        d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
+        s_arr = context.make_array(signature.args[2])(context, builder, src_v)
+        cgutils.raw_memcpy(
+            builder, builder.gep(d_arr.data, [d0_v]), builder.gep(s_arr.data, [s0_v]), n_v, 1
+        )
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def reverse_bytes(typingctx, dst, d0, src, s_last, n):  # pragma: no cover - JIT
+    """``dst[d0 + k] = src[s_last - k]`` for ``k < n``: 8 bytes at a time with ``bswap``."""
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst_v, d0_v, src_v, s_last, n_v = args
+        d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
+        s_arr = context.make_array(signature.args[2])(context, builder, src_v)
+        i64 = ir.IntType(64)
+        dptr = builder.gep(d_arr.data, [d0_v])
+        sptr = builder.gep(s_arr.data, [s_last])
+        eight = ir.Constant(i64, 8)
+        words = builder.sdiv(n_v, eight)
+        with cgutils.for_range(builder, words) as loop:
+            k = builder.mul(loop.index, eight)
+            src_word = builder.gep(sptr, [builder.sub(ir.Constant(i64, -7), k)])
+            value = builder.load(builder.bitcast(src_word, i64.as_pointer()), align=1)
+            builder.store(
+                builder.bswap(value),
+                builder.bitcast(builder.gep(dptr, [k]), i64.as_pointer()),
+                align=1,
+            )
+        done = builder.mul(words, eight)
+        with cgutils.for_range(builder, builder.sub(n_v, done)) as loop:
+            k = builder.add(done, loop.index)
+            builder.store(builder.load(builder.gep(sptr, [builder.neg(k)])), builder.gep(dptr, [k]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, start, n):  # pragma: no cover - JIT
+    """Hint the CPU to load ``arr[start:start+n]`` into cache (one hint per 64-byte line)."""
+    sig = types.void(arr, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        arr_v, start_v, n_v = args
+        a = context.make_array(signature.args[0])(context, builder, arr_v)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+            "llvm.prefetch.p0i8",
+        )
+        base = builder.bitcast(builder.gep(a.data, [start_v]), i8p)
+        line = ir.Constant(ir.IntType(64), 64)
+        lines = builder.sdiv(builder.add(n_v, ir.Constant(ir.IntType(64), 63)), line)
+        with cgutils.for_range(builder, lines) as loop:
+            ptr = builder.gep(base, [builder.mul(loop.index, line)])
+            builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, nogil=True)
+def sample_key(seed, epoch, sample_id, op, tag):  # pragma: no cover - JIT
+    """The random key of one (sample, op, field) in one epoch."""
+    k = mix64(np.uint64(seed) ^ _GOLDEN)
+    k = mix64(k ^ np.uint64(epoch))
+    k = mix64(k ^ np.uint64(sample_id))
+    return mix64(k ^ (np.uint64(op) << np.uint64(8)) ^ np.uint64(tag))
+
+
+@nb.njit(cache=True, nogil=True)
+def uniform(key, k):  # pragma: no cover - JIT
+    """The k-th uniform double in [0, 1) of ``key``."""
+    return np.float64(mix64(key + np.uint64(k + 1) * _GOLDEN) >> np.uint64(11)) * (
+        1.0 / 9007199254740992.0
+    )
+
+
+@nb.njit(cache=True, nogil=True)
+def _randint(key, k, lo, hi):  # pragma: no cover - JIT
+    """Uniform integer in [lo, hi]."""
+    return lo + np.int64(math.floor(uniform(key, k) * (hi - lo + 1)))
+
+
+@nb.njit(cache=True, nogil=True)
+def geometry_params(g, seed, epoch, sample_id, tag, height, width, out):  # pragma: no cover
+    """Fill ``out[P_SIZE]`` with sample ``sample_id``'s geometry (see module docstring)."""
+    key = sample_key(seed, epoch, sample_id, OP_GEOMETRY, 0 if g[G_PAIRED] else tag)
+    out[P_HFLIP] = 1.0 if uniform(key, 0) < g[G_HFLIP] else 0.0
+    out[P_VFLIP] = 1.0 if uniform(key, 1) < g[G_VFLIP] else 0.0
+    out[P_ROT] = _randint(key, 2, 0, 3) if g[G_ROT90] else 0
+    y0, x0, rh, rw = 0, 0, height, width
+    if g[G_CROP] and g[G_RESIZE]:
+        # torchvision's RandomResizedCrop.get_params, with hashed uniforms.
+        area = height * width
+        log_lo, log_hi = math.log(g[G_RATIO_LO]), math.log(g[G_RATIO_HI])
+        found = False
+        for attempt in range(10):
+            target = area * (
+                g[G_SCALE_LO] + uniform(key, 10 + 4 * attempt) * (g[G_SCALE_HI] - g[G_SCALE_LO])
+            )
+            aspect = math.exp(log_lo + uniform(key, 11 + 4 * attempt) * (log_hi - log_lo))
+            w = np.int64(round(math.sqrt(target * aspect)))
+            h = np.int64(round(math.sqrt(target / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                y0 = _randint(key, 12 + 4 * attempt, 0, height - h)
+                x0 = _randint(key, 13 + 4 * attempt, 0, width - w)
+                rh, rw = h, w
+                found = True
+                break
+        if not found:  # central crop at the nearest allowed ratio
+            ratio = width / height
+            if ratio < g[G_RATIO_LO]:
+                rw, rh = width, np.int64(round(width / g[G_RATIO_LO]))
+            elif ratio > g[G_RATIO_HI]:
+                rh, rw = height, np.int64(round(height * g[G_RATIO_HI]))
+            else:
+                rh, rw = height, width
+            y0, x0 = (height - rh) // 2, (width - rw) // 2
+    elif g[G_CROP]:
+        oh, ow, pad = np.int64(g[G_OUT_H]), np.int64(g[G_OUT_W]), np.int64(g[G_PAD])
+        y0 = _randint(key, 3, -pad, height + pad - oh)
+        x0 = _randint(key, 4, -pad, width + pad - ow)
+        rh, rw = oh, ow
+    if g[G_TRANS_Y] > 0:
+        y0 += _randint(key, 5, -np.int64(g[G_TRANS_Y]), np.int64(g[G_TRANS_Y]))
+    if g[G_TRANS_X] > 0:
+        x0 += _randint(key, 6, -np.int64(g[G_TRANS_X]), np.int64(g[G_TRANS_X]))
+    out[P_Y0], out[P_X0], out[P_RH], out[P_RW] = y0, x0, rh, rw
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _border(i, n, mode):  # pragma: no cover - JIT
+    """Index ``i`` mapped into [0, n) by the padding mode; -1 means 'fill'."""
+    if 0 <= i < n:
+        return i
+    if mode == PAD_CONSTANT:
+        return -1
+    if mode == PAD_EDGE:
+        return 0 if i < 0 else n - 1
+    if n == 1:
+        return 0
+    if i < 0:
+        i = -i
+    if i >= n:
+        i = 2 * n - 2 - i
+    if 0 <= i < n:  # one reflection covers pads smaller than the image
+        return i
+    period = 2 * n - 2
+    i = abs(i) % period
+    return period - i if i >= n else i
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _inverse(y, x, n_h, n_w, rot, fv, fh):  # pragma: no cover - JIT
+    """Output pixel -> pixel of the cropped region (undo rot90, then the flips)."""
+    if rot == 1:
+        y, x = x, n_w - 1 - y
+    elif rot == 2:
+        y, x = n_h - 1 - y, n_w - 1 - x
+    elif rot == 3:
+        y, x = n_h - 1 - x, y
+    if fv:
+        y = n_h - 1 - y
+    if fh:
+        x = n_w - 1 - x
+    return y, x
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _copy_pixel(src, s_row, sx, dst, d, pb, fill):  # pragma: no cover - JIT
+    """Copy one pixel (``pb`` bytes) from ``src[s_row + sx*pb]``; ``s_row``/``sx`` < 0: fill."""
+    if s_row < 0 or sx < 0:
+        for b in range(pb):
+            dst[d + b] = fill[b]
+    else:
+        s = s_row + sx * pb
+        for b in range(pb):
+            dst[d + b] = src[s + b]
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _fill_pixels(dst, d, count, pb, fill):  # pragma: no cover - JIT
+    if pb == 1:
+        value = fill[0]
+        for k in range(count):
+            dst[d + k] = value
+        return
+    for px in range(count):
+        for b in range(pb):
+            dst[d + px * pb + b] = fill[b]
+
+
+@nb.njit(cache=True, nogil=True)
+def _transposed_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # pragma: no cover
+    """rot90 by an odd k: rows become columns, so pixel by pixel."""
+    fh, fv, rot = prm[P_HFLIP] > 0, prm[P_VFLIP] > 0, np.int64(prm[P_ROT])
+    y0, x0 = np.int64(prm[P_Y0]), np.int64(prm[P_X0])
+    for y in range(oh):
+        for x in range(ow):
+            ry, rx = _inverse(y, x, oh, ow, rot, fv, fh)
+            sy = _border(y0 + ry, height, mode)
+            sx = _border(x0 + rx, width, mode)
+            s_row = sy * width * pb if sy >= 0 else -1
+            _copy_pixel(src, s_row, sx, dst, (y * ow + x) * pb, pb, fill)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _row_ends(
+    src, s_row, dst, d_row, run, ow, base, step, width, pb, mode, fill
+):  # pragma: no cover
+    """The parts of a row outside the image: pixels [0, run[0]) and [run[1], ow)."""
+    xa, xb = run
+    if mode == PAD_CONSTANT:
+        _fill_pixels(dst, d_row, xa, pb, fill)
+        _fill_pixels(dst, d_row + xb * pb, ow - xb, pb, fill)
+        return
+    for x in range(xa):
+        _copy_pixel(
+            src, s_row, _border(base + step * x, width, mode), dst, d_row + x * pb, pb, fill
+        )
+    for x in range(xb, ow):
+        _copy_pixel(
+            src, s_row, _border(base + step * x, width, mode), dst, d_row + x * pb, pb, fill
+        )
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _row_run(src, s_row, dst, d_row, run, base, step, pb):  # pragma: no cover - JIT
+    """The in-image pixels of a row: one forward or reversed run."""
+    xa, xb = run
+    if xb <= xa:
+        return
+    if step > 0:
+        copy_bytes(dst, d_row + xa * pb, src, s_row + (base + xa) * pb, (xb - xa) * pb)
+    elif pb == 1:
+        reverse_bytes(dst, d_row + xa, src, s_row + base - xa, xb - xa)
+    else:
+        for x in range(xa, xb):
+            copy_bytes(dst, d_row + x * pb, src, s_row + (base - x) * pb, pb)
+
+
+@nb.njit(cache=True, nogil=True)
+def _geometry_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # pragma: no cover
+    """One plane, flat bytes: crop/pad/translate + flips + rot90, whole pixels of ``pb`` bytes.
+
+    Rows that stay rows are copied as runs (``copy_bytes`` / ``reverse_bytes``);
+    only the padded ends of a row, and rot90 by an odd k, go pixel by pixel.
+    """
+    fh, fv, rot = prm[P_HFLIP] > 0, prm[P_VFLIP] > 0, np.int64(prm[P_ROT])
+    if rot == 1 or rot == 3:
+        _transposed_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill)
+        return
+    y0, x0 = np.int64(prm[P_Y0]), np.int64(prm[P_X0])
+    # Source x = base + step * x: the in-image part [xa, xb) of every row is one run.
+    step = -1 if (rot == 2) != fh else 1
+    base = x0 + ow - 1 if step < 0 else x0
+    if step > 0:
+        xa, xb = max(0, -base), min(ow, width - base)
+    else:
+        xa, xb = max(0, base - width + 1), min(ow, base + 1)
+    xa = min(xa, ow)
+    run = (xa, max(xa, xb))
+    flip_rows = (rot == 2) != fv
+    for y in range(oh):
+        sy = _border(y0 + (oh - 1 - y if flip_rows else y), height, mode)
+        d_row = y * ow * pb
+        if sy < 0:
+            _fill_pixels(dst, d_row, ow, pb, fill)
+            continue
+        s_row = sy * width * pb
+        _row_ends(src, s_row, dst, d_row, run, ow, base, step, width, pb, mode, fill)
+        _row_run(src, s_row, dst, d_row, run, base, step, pb)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def decode_pairs(
+    indices, ptr_a, ptr_b, mm, out_a, out_b, geo_a, geo_b, g, clock, fill_a, fill_b
+):  # pragma: no cover - JIT
+    """Decode (and geometrically augment) A and B of every sample, straight from the mapping.
+
+    ``out_x`` are byte arrays ``(batch, planes, out_h, out_w * pixel_bytes)``;
+    ``geo_x`` is ``(planes, height, width, pixel_bytes)`` of the stored image.
+    """
+    seed, epoch = clock[0], clock[1]
+    identity = g[G_IDENTITY] > 0
+    na = geo_a[0] * geo_a[1] * geo_a[2] * geo_a[3]
+    nb_ = geo_b[0] * geo_b[1] * geo_b[2] * geo_b[3]
+    mode = np.int64(g[G_PAD_MODE])
+    for i in nb.prange(len(indices)):
+        sid = indices[i]
+        pa, pb = ptr_a[sid], ptr_b[sid]
+        if identity:
+            copy_bytes(out_a[i].reshape(-1), 0, mm, pa, na)
+            copy_bytes(out_b[i].reshape(-1), 0, mm, pb, nb_)
+            continue
+        prm = np.empty(P_SIZE, dtype=np.float64)
+        if i + 1 < len(indices):  # the next sample streams in while this one is rearranged
+            nxt = indices[i + 1]
+            prefetch(mm, ptr_a[nxt], na)
+            prefetch(mm, ptr_b[nxt], nb_)
+        for t in range(2):
+            geo = geo_a if t == 0 else geo_b
+            p = pa if t == 0 else pb
+            out = out_a if t == 0 else out_b
+            fill = fill_a if t == 0 else fill_b
+            if t == 0 or not g[G_PAIRED]:
+                geometry_params(g, seed, epoch, sid, t, geo[1], geo[2], prm)
+            plane_in = geo[1] * geo[2] * geo[3]
+            dst = out[i].reshape(-1)
+            plane_out = dst.shape[0] // geo[0]
+            oh = out.shape[2]
+            ow = out.shape[3] // geo[3]
+            for plane in range(geo[0]):
+                _geometry_plane(
+                    mm[p + plane * plane_in : p + (plane + 1) * plane_in],
+                    dst[plane * plane_out : (plane + 1) * plane_out],
+                    geo[1],
+                    geo[2],
+                    oh,
+                    ow,
+                    geo[3],
+                    prm,
+                    mode,
+                    fill,
+                )
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def resized_crop(indices, src, dst, pc, g, clock, tag, is_int):  # pragma: no cover - JIT
+    """Random resized crop (bilinear, align_corners=False) + flips + rot90 + translate.
+
+    ``src``/``dst``: ``(batch, planes, H, W*pc)`` and ``(batch, planes, oh, ow*pc)``,
+    uint8 (``is_int``: rounded half up, clipped) or float32. Samples outside the image take
+    the nearest edge pixel.
+    """
+    seed, epoch = clock[0], clock[1]
+    height, width = src.shape[2], src.shape[3] // pc
+    oh, ow = dst.shape[2], dst.shape[3] // pc
+    for i in nb.prange(len(indices)):
+        prm = np.empty(P_SIZE, dtype=np.float64)
+        geometry_params(g, seed, epoch, indices[i], tag, height, width, prm)
+        fh, fv, rot = prm[P_HFLIP] > 0, prm[P_VFLIP] > 0, np.int64(prm[P_ROT])
+        y0, x0, rh, rw = prm[P_Y0], prm[P_X0], prm[P_RH], prm[P_RW]
+        for y in range(oh):
+            for x in range(ow):
+                ry, rx = _inverse(y, x, oh, ow, rot, fv, fh)
+                fy = min(max(y0 + (ry + 0.5) * rh / oh - 0.5, 0.0), height - 1.0)
+                fx = min(max(x0 + (rx + 0.5) * rw / ow - 0.5, 0.0), width - 1.0)
+                iy, ix = np.int64(math.floor(fy)), np.int64(math.floor(fx))
+                iy1, ix1 = min(iy + 1, height - 1), min(ix + 1, width - 1)
+                wy, wx = fy - iy, fx - ix
+                for p in range(src.shape[1]):
+                    for c in range(pc):
+                        v00 = np.float64(src[i, p, iy, ix * pc + c])
+                        v01 = np.float64(src[i, p, iy, ix1 * pc + c])
+                        v10 = np.float64(src[i, p, iy1, ix * pc + c])
+                        v11 = np.float64(src[i, p, iy1, ix1 * pc + c])
+                        v = (1.0 - wy) * ((1.0 - wx) * v00 + wx * v01) + wy * (
+                            (1.0 - wx) * v10 + wx * v11
+                        )
+                        if is_int:
+                            v = min(max(math.floor(v + 0.5), 0.0), 255.0)
+                        dst[i, p, y, x * pc + c] = v
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _normal(key, k):  # pragma: no cover - JIT
+    """A standard normal from two hashed uniforms (Box-Muller)."""
+    u1 = uniform(key, 2 * k)
+    u2 = uniform(key, 2 * k + 1)
+    return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def photometric(indices, x, cfg, clock, tag, is_int):  # pragma: no cover - JIT
+    """In place: brightness, then contrast, then gaussian noise, per sample.
+
+    ``cfg`` = [brightness, b_paired, contrast, c_paired, noise_std, n_paired].
+    ``x``: ``(batch, n)`` uint8 (rounded half up, clipped to [0, 255]) or float32.
+    """
+    seed, epoch = clock[0], clock[1]
+    n = x.shape[1]
+    for i in nb.prange(len(indices)):
+        sid = indices[i]
+        kb = sample_key(seed, epoch, sid, OP_BRIGHTNESS, 0 if cfg[1] else tag)
+        kc = sample_key(seed, epoch, sid, OP_CONTRAST, 0 if cfg[3] else tag)
+        kn = sample_key(seed, epoch, sid, OP_NOISE, 0 if cfg[5] else tag)
+        bright = 1.0 + cfg[0] * (2.0 * uniform(kb, 0) - 1.0) if cfg[0] > 0 else 1.0
+        contrast = 1.0 + cfg[2] * (2.0 * uniform(kc, 0) - 1.0) if cfg[2] > 0 else 1.0
+        mean = 0.0
+        if cfg[2] > 0:
+            for j in range(n):
+                mean += np.float64(x[i, j])
+            mean = mean * bright / n
+        for j in range(n):
+            v = np.float64(x[i, j]) * bright
+            if cfg[2] > 0:
+                v = (v - mean) * contrast + mean
+            if cfg[4] > 0:
+                v += cfg[4] * _normal(kn, j)
+            if is_int:
+                v = min(max(math.floor(v + 0.5), 0.0), 255.0)
+            x[i, j] = v

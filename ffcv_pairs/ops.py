@@ -1,0 +1,147 @@
+"""Per-field augmentation ops: FFCV ``Operation``\\ s that receive the sample ids.
+
+Each CPU op calls a cached, parallel numba kernel from :mod:`kernels` with the
+batch's sample ids (``with_indices``) and the loader's ``[seed, epoch]`` clock,
+which it reads by reference, so a new epoch needs no recompilation. float16
+batches, which numba cannot type, are converted to float32 and back around the
+kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from ffcv.pipeline.allocation_query import AllocationQuery
+from ffcv.pipeline.operation import Operation
+from ffcv.pipeline.state import State
+
+from . import kernels as K
+
+if TYPE_CHECKING:
+    from .augment import ImageLayout, PairAugment
+
+__all__ = ["NormalizeConvert", "Photometric", "ResizedCrop"]
+
+
+def _numeric(batch: np.ndarray) -> np.ndarray:
+    """A uint8/float32 array the kernels can type (float16 -> float32 copy)."""
+    return batch.astype(np.float32) if batch.dtype == np.float16 else batch
+
+
+class ResizedCrop(Operation):
+    """Random resized crop (bilinear) + flips + rot90 + translate, shared by A and B."""
+
+    def __init__(self, augment: PairAugment, layout: ImageLayout, clock: np.ndarray, tag: int):
+        super().__init__()
+        self.layout, self.clock, self.tag = layout, clock, tag
+        self.g = augment.geometry_vector(layout)
+        self.out_shape = augment.output_shape(layout)
+
+    def declare_state_and_memory(self, previous_state: State):
+        return replace(previous_state, jit_mode=True, shape=self.out_shape), AllocationQuery(
+            self.out_shape, previous_state.dtype
+        )
+
+    def generate_code(self) -> Callable:
+        lay, g, clock, tag = self.layout, self.g, self.clock, self.tag
+        oh = self.out_shape[0] if lay.channels != "first" else self.out_shape[1]
+
+        def crop(images, dst, indices):
+            n = len(indices)
+            src = _numeric(images[:n]).reshape(n, lay.planes, lay.height, -1)
+            out = dst[:n] if dst.dtype != np.float16 else np.empty(dst[:n].shape, np.float32)
+            K.resized_crop(
+                indices,
+                src,
+                out.reshape(n, lay.planes, oh, -1),
+                lay.pixel,
+                g,
+                clock,
+                tag,
+                out.dtype == np.uint8,
+            )
+            if out is not dst[:n]:
+                dst[:n] = out
+            return dst[:n]
+
+        crop.with_indices = True  # type: ignore[attr-defined]
+        return crop
+
+
+class Photometric(Operation):
+    """Brightness, contrast and gaussian noise, in place; paired or per image."""
+
+    def __init__(self, augment: PairAugment, clock: np.ndarray, tag: int):
+        super().__init__()
+        self.cfg, self.clock, self.tag = augment.photometric_vector(), clock, tag
+
+    def declare_state_and_memory(self, previous_state: State):
+        return previous_state, None
+
+    def generate_code(self) -> Callable:
+        cfg, clock, tag = self.cfg, self.clock, self.tag
+
+        def jitter(images, _, indices):
+            n = len(indices)
+            work = _numeric(images[:n])
+            K.photometric(indices, work.reshape(n, -1), cfg, clock, tag, work.dtype == np.uint8)
+            if work is not images[:n]:
+                images[:n] = work
+            return images
+
+        jitter.with_indices = True  # type: ignore[attr-defined]
+        return jitter
+
+
+_TORCH_DTYPES = {
+    "uint8": torch.uint8,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+}
+
+
+class NormalizeConvert(Operation):
+    """On the device: ``(x - mean) / std`` per channel, then cast to ``out_dtype``."""
+
+    def __init__(
+        self,
+        mean: tuple[float, ...] | None,
+        std: tuple[float, ...] | None,
+        out_dtype: str,
+        channel_axis: int | None,
+    ):
+        super().__init__()
+        self.mean, self.std = mean, std
+        self.out_dtype = _TORCH_DTYPES[out_dtype]
+        self.channel_axis = channel_axis
+
+    def declare_state_and_memory(self, previous_state: State):
+        return replace(previous_state, jit_mode=False, dtype=self.out_dtype), None
+
+    def generate_code(self) -> Callable:
+        out_dtype = self.out_dtype
+        cache: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        mean, std, axis = self.mean, self.std, self.channel_axis
+
+        def stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            if x.device not in cache:
+                shape = [1] * x.ndim
+                if axis is not None:
+                    shape[axis] = -1
+                m = torch.tensor(mean, dtype=torch.float32, device=x.device).reshape(shape)
+                s = torch.tensor(std, dtype=torch.float32, device=x.device).reshape(shape)
+                cache[x.device] = (m, s)
+            return cache[x.device]
+
+        def normalize(x: torch.Tensor, _) -> torch.Tensor:
+            if mean is None:
+                return x.to(out_dtype)
+            m, s = stats(x)
+            return ((x.to(torch.float32) - m) / s).to(out_dtype)
+
+        return normalize

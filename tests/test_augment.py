@@ -1,0 +1,255 @@
+"""Paired augmentation: reference equality, pairing, reproducibility, probabilities, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import reference as ref
+import torch
+
+from ffcv_pairs import ArraySource, make_loader, write_pairs
+from ffcv_pairs.augment import PairAugment, image_layout
+
+SEED = 11
+
+
+def _data(n: int, shape, dtype, rng_seed=0, paired="neg"):
+    rng = np.random.default_rng(rng_seed)
+    if np.dtype(dtype) == np.uint8:
+        a = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
+        b = (255 - a) if paired == "neg" else a.copy()
+    else:
+        a = rng.standard_normal((n, *shape)).astype(dtype) * 10
+        b = -a if paired == "neg" else a.copy()
+    return a, b, np.arange(n, dtype=np.int64)
+
+
+def _file(tmp_path: Path, a, b, labels, name="x.beton") -> Path:
+    path = tmp_path / name
+    write_pairs(ArraySource(a, b, labels), path, page_size=1 << 16, progress=False)
+    return path
+
+
+def _batches(path: Path, aug: PairAugment, epoch=0, threads=2, order="sequential", bs=16, **kw):
+    loader = make_loader(
+        path,
+        batch_size=bs,
+        order=order,
+        seed=SEED,
+        augment=aug,
+        drop_last=False,
+        num_threads=threads,
+        **kw,
+    )
+    loader.set_epoch(epoch)
+    out = [[t.clone() for t in batch] for batch in loader]
+    a, b, lab = (torch.cat([x[i] for x in out]) for i in range(3))
+    by_id = torch.argsort(lab)
+    return a[by_id].numpy(), b[by_id].numpy(), lab[by_id].numpy()
+
+
+GEOMETRIES = [
+    PairAugment(hflip=1.0),
+    PairAugment(vflip=0.5, hflip=0.5),
+    PairAugment(rot90=True),
+    PairAugment(rot90=True, hflip=0.5, vflip=0.5),
+    PairAugment(crop=(10, 12), crop_padding=3),
+    PairAugment(crop=(10, 12), crop_padding=5, pad_mode="reflect", hflip=0.5),
+    PairAugment(crop=(12, 12), crop_padding=2, pad_mode="edge", rot90=True, translate=(2, 3)),
+    PairAugment(translate=(4, 4), fill=7, hflip=0.5),
+]
+LAYOUTS = [
+    ((3, 14, 16), "uint8"),
+    ((14, 16, 3), "uint8"),
+    ((14, 16), "float32"),
+    ((2, 14, 16), "float16"),
+    ((14, 16, 4), "float32"),
+]
+
+
+def _fits(aug: PairAugment, shape) -> bool:
+    lay = image_layout(__import__("ffcv_pairs").ArraySpec(shape, "uint8"), "auto")
+    if aug.rot90 and aug.crop is None:
+        return lay.height == lay.width
+    return True
+
+
+@pytest.mark.parametrize(("shape", "dtype"), LAYOUTS)
+@pytest.mark.parametrize("aug", GEOMETRIES, ids=lambda a: repr(a)[12:60])
+def test_geometry_equals_reference(tmp_path: Path, shape, dtype, aug) -> None:
+    if not _fits(aug, shape):
+        pytest.skip("rot90 needs a square output")
+    a, b, labels = _data(40, shape, dtype)
+    path = _file(tmp_path, a, b, labels)
+    xa, xb, ids = _batches(path, aug, epoch=3)
+    from ffcv_pairs import ArraySpec
+
+    lay = image_layout(ArraySpec(shape, dtype))
+    for sid in ids:
+        prm = ref.params(aug, lay, SEED, 3, sid, 0)
+        np.testing.assert_array_equal(xa[sid], ref.geometry(a[sid], lay, aug, prm))
+        np.testing.assert_array_equal(xb[sid], ref.geometry(b[sid], lay, aug, prm))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"), [((3, 16, 16), "uint8"), ((16, 16, 2), "float32"), ((1, 16, 16), "float16")]
+)
+@pytest.mark.parametrize("extra", [{}, {"hflip": 0.5, "rot90": True, "translate": (2, 2)}])
+def test_resized_crop_equals_reference(tmp_path: Path, shape, dtype, extra) -> None:
+    aug = PairAugment(crop=(9, 9), crop_scale=(0.2, 1.0), **extra)
+    a, b, labels = _data(30, shape, dtype, paired="same")
+    path = _file(tmp_path, a, b, labels)
+    xa, xb, ids = _batches(path, aug, epoch=1)
+    from ffcv_pairs import ArraySpec
+
+    lay = image_layout(ArraySpec(shape, dtype))
+    for sid in ids:
+        prm = ref.params(aug, lay, SEED, 1, sid, 0)
+        np.testing.assert_array_equal(xa[sid], ref.resized(a[sid], lay, aug, prm))
+    np.testing.assert_array_equal(xa, xb)  # B == A stays B == A
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"), [((3, 8, 8), "uint8"), ((8, 8, 3), "float32"), ((2, 8, 8), "float16")]
+)
+@pytest.mark.parametrize(
+    "aug",
+    [
+        PairAugment(brightness=0.3),
+        PairAugment(contrast=0.4, contrast_paired=False),
+        PairAugment(noise_std=2.0),
+        PairAugment(
+            brightness=0.2, contrast=0.2, noise_std=1.0, brightness_paired=False, noise_paired=True
+        ),
+    ],
+    ids=["brightness", "contrast-unpaired", "noise", "all"],
+)
+def test_photometric_equals_reference(tmp_path: Path, shape, dtype, aug) -> None:
+    a, b, labels = _data(24, shape, dtype)
+    path = _file(tmp_path, a, b, labels)
+    xa, xb, ids = _batches(path, aug, epoch=2)
+    for sid in ids:
+        np.testing.assert_array_equal(xa[sid], ref.photometric(a[sid], aug, SEED, 2, sid, 0))
+        np.testing.assert_array_equal(xb[sid], ref.photometric(b[sid], aug, SEED, 2, sid, 1))
+
+
+@pytest.mark.parametrize("pad_mode", ["reflect", "edge"])
+def test_pairing_survives(tmp_path: Path, pad_mode: str) -> None:
+    """B = 255 - A elementwise, before and after every geometric augmentation."""
+    aug = PairAugment(
+        hflip=0.5,
+        vflip=0.5,
+        rot90=True,
+        crop=(12, 12),
+        crop_padding=3,
+        translate=(2, 2),
+        pad_mode=pad_mode,
+        brightness=0.0,
+    )
+    a, b, labels = _data(200, (3, 16, 16), "uint8")
+    path = _file(tmp_path, a, b, labels)
+    for epoch in range(3):
+        loader = make_loader(path, batch_size=32, seed=epoch, augment=aug, window_bytes=1 << 16)
+        loader.set_epoch(epoch)
+        flipped = 0
+        for xa, xb, _ in loader:
+            assert torch.equal(xb, 255 - xa)
+            flipped += 1
+        assert flipped == len(loader)
+
+
+def test_independent_geometry_breaks_pairing(tmp_path: Path) -> None:
+    a, b, labels = _data(64, (3, 16, 16), "uint8")
+    path = _file(tmp_path, a, b, labels)
+    aug = PairAugment(hflip=0.5, rot90=True, paired_geometry=False)
+    xa, xb, _ = _batches(path, aug)
+    assert (xb != 255 - xa).any(axis=(1, 2, 3)).mean() > 0.5
+
+
+def test_reproducible_across_runs_threads_and_orders(tmp_path: Path) -> None:
+    aug = PairAugment(
+        hflip=0.5,
+        crop=(12, 12),
+        crop_padding=2,
+        brightness=0.3,
+        brightness_paired=False,
+        noise_std=1.0,
+    )
+    a, b, labels = _data(100, (3, 16, 16), "uint8")
+    path = _file(tmp_path, a, b, labels)
+    one = _batches(path, aug, epoch=4, threads=1)
+    two = _batches(path, aug, epoch=4, threads=2)
+    again = _batches(path, aug, epoch=4, threads=2)
+    shuffled = _batches(path, aug, epoch=4, order="random", bs=7)
+    ranked = _batches(path, aug, epoch=4, order="quasi_random", rank=1, world_size=2)
+    for other in (two, again, shuffled):
+        for x, y in zip(one, other):
+            assert x.tobytes() == y.tobytes()
+    ids = ranked[2]
+    assert one[0][ids].tobytes() == ranked[0].tobytes()  # rank layout does not matter
+    other_epoch = _batches(path, aug, epoch=5)
+    assert one[0].tobytes() != other_epoch[0].tobytes()
+
+
+def test_flip_rate_matches_probability(tmp_path: Path) -> None:
+    n, p = 3000, 0.3
+    a = np.zeros((n, 1, 2, 4), dtype=np.uint8)
+    a[:, :, :, 0] = 1  # asymmetric: a flip moves the 1 to the right
+    path = _file(tmp_path, a, a, np.arange(n))
+    xa, _, _ = _batches(path, PairAugment(hflip=p), bs=500)
+    rate = float((xa[:, 0, 0, 3] == 1).mean())
+    assert abs(rate - p) < 4 * np.sqrt(p * (1 - p) / n), rate
+
+
+def test_normalize_and_dtype_on_device_stage(tmp_path: Path) -> None:
+    a, b, labels = _data(20, (3, 8, 8), "uint8")
+    path = _file(tmp_path, a, b, labels)
+    mean, std = (10.0, 20.0, 30.0), (2.0, 4.0, 8.0)
+    aug = PairAugment(normalize_mean=mean, normalize_std=std)
+    xa, xb, ids = _batches(path, aug)
+    assert xa.dtype == np.float32
+    expect = (a[ids].astype(np.float32) - np.array(mean, np.float32)[:, None, None]) / np.array(
+        std, np.float32
+    )[:, None, None]
+    np.testing.assert_allclose(xa, expect, rtol=1e-6)
+    bf16 = PairAugment(normalize_mean=mean, normalize_std=std, out_dtype="bfloat16")
+    xa, xb, _ = next(iter(make_loader(path, batch_size=4, augment=bf16, order="sequential")))
+    assert xa.dtype == xb.dtype == torch.bfloat16
+    torch.testing.assert_close(xa.float(), torch.from_numpy(expect[:4]), rtol=1e-2, atol=1e-2)
+    xa16, _, _ = _batches(path, PairAugment(out_dtype="float16"))
+    assert xa16.dtype == np.float16 and (xa16 == a[ids]).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"hflip": 1.5}, r"hflip=1.5 must be a probability in \[0, 1\]"),
+        ({"vflip": -0.1}, "vflip=-0.1"),
+        ({"crop": (40, 40)}, r"crop=\(40, 40\) is larger than A's image \(16, 16\)"),
+        (
+            {"normalize_mean": (1.0, 2.0), "normalize_std": (1.0, 1.0)},
+            "normalize_mean has 2 values but A has 3 channel",
+        ),
+        ({"crop": (8, 10), "rot90": True}, "rot90 needs a square output"),
+        ({"pad_mode": "wrap"}, "pad_mode='wrap'"),
+        ({"crop_scale": (0.5, 1.0)}, "crop_scale needs crop"),
+        ({"brightness": 1.5}, r"brightness=1.5 must be in \[0, 1\)"),
+    ],
+)
+def test_bad_config_names_field_and_range(tmp_path: Path, kwargs, needle) -> None:
+    a, b, labels = _data(8, (3, 16, 16), "uint8")
+    path = _file(tmp_path, a, b, labels)
+    with pytest.raises(ValueError, match=needle):
+        make_loader(path, batch_size=4, augment=PairAugment(**kwargs))
+
+
+def test_yaml_roundtrip(tmp_path: Path) -> None:
+    p = tmp_path / "aug.yaml"
+    p.write_text("augment:\n  hflip: 0.5\n  crop: [56, 56]\n  crop_padding: 4\n")
+    aug = PairAugment.from_yaml(p)
+    assert aug == PairAugment(hflip=0.5, crop=(56, 56), crop_padding=4)
+    p.write_text("hflip: 0.5\nflip_h: 1\n")
+    with pytest.raises(ValueError, match=r"unknown augment option\(s\) \['flip_h'\]"):
+        PairAugment.from_yaml(p)

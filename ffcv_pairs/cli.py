@@ -8,7 +8,8 @@ Commands::
     python -m ffcv_pairs verify out/train.beton --against data/pt --samples 100
 
 User errors print one line, ``error: <file>: <what is wrong>``, on stderr and
-exit with status 2; there is no traceback.
+exit with status 2; there is no traceback. ``verify`` exits 1 at the first bad
+block or sample, which it names.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 __all__ = ["main", "write_main"]
 
+EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 
 
@@ -86,6 +88,87 @@ def _write(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    from .inspection import preview_png, summary
+    from .integrity import open_beton
+
+    reader = open_beton(args.file)
+    print(summary(reader))
+    if args.preview:
+        out = preview_png(reader, args.preview, args.out)
+        print(f"preview:      {args.preview} pairs (A | B) in {out}")
+    elif args.out is not None:
+        raise ValueError("--out goes with --preview K")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """Exit 0 when everything checked matches, 1 at the first mismatch (named), 2 on misuse."""
+    from .integrity import (
+        compare_with_source,
+        load_manifest,
+        split_of,
+        verify_checksums,
+    )
+    from .reader import BetonError, PairReader
+    from .sources import open_source
+
+    samples = None if args.samples == "all" else int(args.samples)
+    if samples is not None and samples < 1:
+        raise ValueError(f"--samples must be a positive number or 'all', got {args.samples}")
+    source = None
+    if args.against is not None:
+        source = open_source(args.against, args.split or split_of(args.file), args.layout)
+    try:
+        reader = PairReader(args.file)
+        manifest = load_manifest(reader)
+    except BetonError as e:
+        print(f"FAIL: {e}")
+        return EXIT_MISMATCH
+    if manifest is None:
+        print(
+            f"checksums: NOT CHECKED: {args.file} has no manifest "
+            f"({args.file}.json); it was not written by ffcv_pairs"
+        )
+    else:
+        bad = verify_checksums(reader, manifest)
+        if bad is not None:
+            print(f"FAIL: {args.file}: {bad.message}")
+            return EXIT_MISMATCH
+        print(f"checksums: OK ({len(manifest.crcs())} blocks, {reader.file_size} bytes)")
+    if source is not None:
+        store = manifest.store_dtype if manifest is not None else None
+        bad = compare_with_source(reader, source, samples, seed=args.seed, store_dtype=store)
+        if bad is not None:
+            print(f"FAIL: {args.file}: {bad.message}")
+            return EXIT_MISMATCH
+        checked = reader.num_samples if samples is None else min(samples, reader.num_samples)
+        print(f"samples: OK ({checked} of {reader.num_samples} match {source.describe()})")
+    print(f"OK: {args.file}")
+    return 0
+
+
+def _add_inspect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", type=Path)
+    p.add_argument("--preview", type=int, default=0, metavar="K", help="PNG grid of K pairs")
+    p.add_argument("--out", type=Path, default=None, help="where to write the preview PNG")
+
+
+def _add_verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", type=Path)
+    p.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="SRC_DIR",
+        help="compare samples bit-exactly with the source .pt files",
+    )
+    p.add_argument("--samples", default="100", help="how many random samples, or 'all'")
+    p.add_argument("--split", default=None, help="source split (default: the file's stem)")
+    p.add_argument("--layout", choices=["auto", "per-sample", "batched"], default="auto")
+    p.add_argument("--seed", type=int, default=0, help="seed for picking samples")
+
+
 def write_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``writers/write_beton.py``."""
     p = argparse.ArgumentParser(
@@ -101,6 +184,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ffcv_pairs")
     sub = p.add_subparsers(dest="command", required=True)
     _add_write_args(sub.add_parser("write", help="convert .pt pairs into .beton files"))
+    _add_inspect_args(sub.add_parser("inspect", help="header, fields, labels, preview"))
+    _add_verify_args(sub.add_parser("verify", help="checksums and samples vs the sources"))
     args = p.parse_args(argv)
-    commands: dict[str, Callable[[argparse.Namespace], int]] = {"write": _write}
+    if args.command == "inspect" and args.out is None and args.preview:
+        args.out = Path("preview.png")
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "write": _write,
+        "inspect": _inspect,
+        "verify": _verify,
+    }
     return _guard(lambda: commands[args.command](args))

@@ -39,7 +39,9 @@ from ffcv.pipeline.graph import Graph
 from ffcv.pipeline.operation import Operation
 from ffcv.transforms import ToDevice, ToTensor
 
+from .budget import check_budget, estimate_memory
 from .decoders import LabelDecoder, PairDecoder, TakeField
+from .integrity import open_beton
 from .memory import PageIndex, PairOSCacheManager
 from .order import ORDERS, OrderKind, OrderSpec, PairTraversalOrder
 from .reader import PairReader
@@ -74,6 +76,8 @@ class LoaderConfig:
     rank: int | None = None
     world_size: int | None = None
     indices: np.ndarray | None = field(default=None, compare=False)
+    verify: bool = False
+    max_ram_gb: float | None = None
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -111,12 +115,16 @@ def _resolve_world(cfg: LoaderConfig) -> tuple[int, int]:
     return 0, 1
 
 
-def default_num_threads(world_size: int) -> int:
-    """The node's cores split across its local ranks (``LOCAL_WORLD_SIZE``)."""
-    cores = len(os.sched_getaffinity(0))
+def local_ranks(world_size: int) -> int:
+    """Ranks on this node: ``LOCAL_WORLD_SIZE`` (torchrun), ``SLURM_NTASKS_PER_NODE``, or
+    the whole world (one node)."""
     local = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE")
-    local_ranks = int(local) if local else world_size
-    return max(1, cores // max(1, local_ranks))
+    return max(1, int(local) if local else world_size)
+
+
+def default_num_threads(world_size: int) -> int:
+    """The node's cores split across its local ranks."""
+    return max(1, len(os.sched_getaffinity(0)) // local_ranks(world_size))
 
 
 def _resolve_device(device: str | None) -> torch.device:
@@ -171,11 +179,10 @@ class _Engine:
     code: Any = None
 
 
-def _build_graph(
-    reader: PairReader, specs: dict[str, PipelineSpec], memory_read: Any
-) -> tuple[Graph, Any]:
+def _build_graph(reader: PairReader, specs: dict[str, PipelineSpec]) -> tuple[Graph, Any]:
     field_ix = {name: i for i, name in enumerate(reader.handlers)}
-    graph = Graph(specs, reader.handlers, field_ix, reader.metadata, memory_read)
+    # memory_read is None: our decoders read through the metadata pointers.
+    graph = Graph(specs, reader.handlers, field_ix, reader.metadata, None)
     # Our ops return thin Python wrappers around cached @njit kernels: keep FFCV
     # from wrapping them in a fresh njit, which would recompile on every loader.
     enabled = Compiler.is_enabled
@@ -198,7 +205,7 @@ class PairLoader:
 
     def __init__(self, path: str | os.PathLike[str], config: LoaderConfig):
         self.config = cfg = config
-        self.reader = PairReader(path)
+        self.reader = open_beton(path, full_check=cfg.verify)
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
         self.rank, self.world_size = _resolve_world(cfg)
@@ -220,7 +227,7 @@ class PairLoader:
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
         self._clock[0] = cfg.seed
         memory = PairOSCacheManager(self.reader)
-        graph, code = _build_graph(self.reader, self._pipelines(), memory.compile_reader())
+        graph, code = _build_graph(self.reader, self._pipelines())
         self._engine = _Engine(
             self.reader,
             cfg.batch_size,
@@ -231,6 +238,8 @@ class PairLoader:
             graph,
             code,
         )
+        self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
+        check_budget(self.memory_estimate, cfg.max_ram_gb)
         self._next_epoch = 0
         self._resume: tuple[int, int] | None = None
         self._progress: tuple[int, int] | None = None  # (epoch, batches) while iterating
@@ -422,11 +431,14 @@ def make_loader(
         device: Where batches go; default ``"cuda"`` when available, else CPU.
         num_threads: JIT threads; default: the node's cores over its local ranks.
         batches_ahead: Batches prepared ahead of the consumer.
-        **more: Further :class:`LoaderConfig` fields: ``window_bytes``, ``rank``,
-            ``world_size``, ``indices``.
+        **more: Further :class:`LoaderConfig` fields: ``window_bytes`` (quasi-random
+            window, default 256 MiB), ``rank`` and ``world_size`` (explicit sharding),
+            ``indices`` (a subset), ``verify`` (check every checksum on open) and
+            ``max_ram_gb`` (refuse a loader whose node-wide estimate exceeds it).
 
     Raises:
-        BetonError: the file is not a readable pair `.beton`.
+        BetonError: the file is not a readable pair `.beton`, or fails its checksums.
+        MemoryBudgetError: the loaders of this node would not fit in RAM.
         ValueError: a bad argument, named with the value given.
     """
     unknown = set(more) - {f for f in LoaderConfig.__dataclass_fields__}

@@ -57,6 +57,7 @@ class Manifest:
     data_start: int
     samples_per_page: int
     writer_version: str
+    store_dtype: str | None = None
     format: str = MANIFEST_FORMAT
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 

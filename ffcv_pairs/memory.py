@@ -6,17 +6,14 @@ whole allocation table in every rank: 8-14 s and 3-6 GB at 3M samples. Here:
 * :class:`PageIndex` is the page -> samples map in CSR form (two int64 arrays),
   from one vectorised pass over the memory-mapped metadata.
 * :class:`PairOSCacheManager` is upstream's ``OSCacheManager`` without that
-  ``__init__``: the OS-cache path only needs the pointer-sorted ``ptrs`` and
-  ``sizes`` for its ``searchsorted`` reader, and a file written by this project
-  stores its allocation table already sorted, so they are zero-copy views of
-  the mapped table.
+  ``__init__``: with fixed-size fields the decoders read through the metadata
+  pointers, so only the file mapping is needed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 from ffcv.memory_managers import OSCacheManager
 from ffcv.memory_managers.os_cache import OSCacheContext
@@ -82,29 +79,21 @@ class PageIndex:
         ).astype(np.int64)
 
 
-@nb.njit(cache=True, nogil=True)
-def _read_allocation(address, mem_state):  # pragma: no cover - JIT
-    size = mem_state[2][np.searchsorted(mem_state[1], address)]
-    return mem_state[0][address : address + size]
-
-
 class PairOSCacheManager(OSCacheManager):
-    """Upstream's OS-cache memory manager with a vectorised, zero-copy start-up."""
+    """Upstream's OS-cache memory manager without its per-sample start-up.
 
-    def __init__(self, reader: PairReader):
+    Only the file mapping is needed: this project's decoders read each image
+    through its metadata pointer (a fixed size per field), so the allocation
+    table and upstream's ``searchsorted`` reader are never used, never sorted
+    and never touched. ``compile_reader`` is therefore not provided.
+    """
+
+    def __init__(self, reader: PairReader):  # upstream's __init__ is deliberately skipped
         self.reader = reader
-        table = reader.alloc_table
-        ptrs, sizes = table["ptr"], table["size"]
-        if len(ptrs) > 1 and np.any(ptrs[1:] < ptrs[:-1]):
-            by_ptr = np.argsort(ptrs, kind="stable")
-            ptrs, sizes = np.ascontiguousarray(ptrs[by_ptr]), np.ascontiguousarray(sizes[by_ptr])
-        self.ptrs, self.sizes = ptrs, sizes
+        self.ptrs = self.sizes = np.zeros(0, dtype=np.uint64)
         self.context = OSCacheContext(self)
 
-    @property
-    def state_type(self):
-        # Any-layout arrays: the columns of the mapped table are strided views.
-        return nb.types.Tuple([nb.uint8[::1], nb.uint64[:], nb.uint64[:]])
-
     def compile_reader(self):
-        return _read_allocation
+        raise NotImplementedError(
+            "PairOSCacheManager has no allocation-table reader; use ffcv_pairs decoders"
+        )

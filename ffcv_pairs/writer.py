@@ -319,6 +319,7 @@ def write_pairs(
             data_start=layout.data_start,
             samples_per_page=layout.samples_per_page,
             writer_version=__version__,
+            store_dtype=store_dtype,
         )
         sidecar = manifest_path(out)
         sidecar_partial = sidecar.with_name(sidecar.name + ".partial")

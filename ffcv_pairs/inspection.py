@@ -1,0 +1,116 @@
+"""Human views of a `.beton`: a text summary and a PNG grid of pairs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .augment import image_layout
+from .integrity import load_manifest
+from .reader import PairReader
+from .schema import PairSchema
+
+__all__ = ["label_histogram", "preview_png", "summary"]
+
+
+def label_histogram(reader: PairReader) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels, counts)`` over the whole file."""
+    labels = np.asarray(reader.metadata[f"f{reader.field_index(PairSchema.LABEL_FIELD)}"])
+    return np.unique(labels, return_counts=True)
+
+
+def summary(reader: PairReader, max_labels: int = 20) -> str:
+    """Header, fields, sizes and the label histogram, as printed by ``inspect``."""
+    header = reader.header
+    manifest = load_manifest(reader)
+    lines = [
+        f"file:         {reader.path}",
+        f"format:       FFCV .beton v{int(header['version'])}, {int(header['num_fields'])} fields",
+        f"samples:      {reader.num_samples}",
+        f"page size:    {int(reader.page_size)} bytes",
+        f"file size:    {reader.file_size} bytes ({reader.file_size / 2**20:.1f} MiB)",
+        "fields:",
+    ]
+    for name, handler in reader.handlers.items():
+        if name in PairSchema.IMAGE_FIELDS:
+            spec = reader.schema.spec(name)
+            detail = f"{spec.dtype} {list(spec.shape)} ({spec.nbytes} bytes)"
+        else:
+            detail = "int64 scalar (in the metadata table)"
+        lines.append(f"  {name:<8} {type(handler).__name__:<14} {detail}")
+    if manifest is None:
+        lines.append("manifest:     none (written without ffcv_pairs): checksums unavailable")
+    else:
+        lines.append(
+            f"manifest:     {len(manifest.crcs())} block checksums, sha256 {manifest.sha256[:16]}..,"
+            f" written {manifest.created} by ffcv_pairs {manifest.writer_version}"
+        )
+        lines.append(f"source:       {manifest.source}")
+    values, counts = label_histogram(reader)
+    lines.append(f"labels:       {len(values)} distinct")
+    order = np.argsort(-counts, kind="stable")[:max_labels]
+    width = max(len(str(int(v))) for v in values[order])
+    for i in order:
+        share = counts[i] / reader.num_samples
+        bar = "#" * max(1, round(40 * share))
+        lines.append(f"  {int(values[i]):>{width}}  {int(counts[i]):>9}  {share:6.1%}  {bar}")
+    if len(values) > max_labels:
+        lines.append(f"  ... {len(values) - max_labels} more labels")
+    return "\n".join(lines)
+
+
+def _to_rgb(img: np.ndarray, channels: str) -> np.ndarray:
+    """Any stored image -> uint8 HxWx3 for display (first 3 channels, floats min-max scaled)."""
+    if channels == "first":
+        img = np.moveaxis(img, 0, -1)
+    elif channels == "none":
+        img = img[..., None]
+    img = img[..., :3].astype(np.float64)
+    if img.shape[-1] == 2:
+        img = np.concatenate([img, img[..., :1]], axis=-1)
+    if img.shape[-1] == 1:
+        img = np.repeat(img, 3, axis=-1)
+    lo, hi = float(img.min()), float(img.max())
+    if not (lo >= 0 and hi <= 255 and hi > 1):
+        img = (img - lo) / (hi - lo if hi > lo else 1.0) * 255
+    return img.clip(0, 255).astype(np.uint8)
+
+
+def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: int = 0) -> Path:
+    """Write a grid of ``k`` random pairs (A | B per row, label in the file order) as a PNG."""
+    from PIL import Image
+
+    if k < 1:
+        raise ValueError(f"--preview must be at least 1, got {k}")
+    n = reader.num_samples
+    ids = np.sort(np.random.default_rng(seed).choice(n, size=min(k, n), replace=False))
+    mm = np.memmap(reader.path, dtype=np.uint8, mode="r")
+    rows = []
+    for sid in ids.tolist():
+        pair = []
+        for name in PairSchema.IMAGE_FIELDS:
+            spec = reader.schema.spec(name)
+            ptr = int(reader.image_pointers(name)[sid])
+            img = mm[ptr : ptr + spec.nbytes].view(spec.np_dtype).reshape(spec.shape)
+            try:
+                channels = image_layout(spec).channels
+            except ValueError:
+                channels = "first"
+            pair.append(_to_rgb(np.asarray(img), channels))
+        h = max(p.shape[0] for p in pair)
+        pad = [np.pad(p, ((0, h - p.shape[0]), (0, 4), (0, 0)), constant_values=255) for p in pair]
+        rows.append(np.concatenate(pad, axis=1))
+    w = max(r.shape[1] for r in rows)
+    grid = np.concatenate(
+        [np.pad(r, ((0, 4), (0, w - r.shape[1]), (0, 0)), constant_values=255) for r in rows]
+    )
+    scale = max(1, 96 // max(1, max(r.shape[0] for r in rows)))
+    image = Image.fromarray(grid)
+    if scale > 1:
+        image = image.resize((grid.shape[1] * scale, grid.shape[0] * scale), Image.NEAREST)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    image.save(out)
+    return out

@@ -1,0 +1,292 @@
+"""Checksums, inspect/verify, refusing bad files, fuzzing, and the RAM budget."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_arrays, write_per_sample
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ffcv_pairs import BetonError, PairReader, make_loader, write_pairs
+from ffcv_pairs.budget import MemoryBudgetError
+from ffcv_pairs.cli import main
+from ffcv_pairs.integrity import describe_block
+from ffcv_pairs.manifest import manifest_path
+from ffcv_pairs.sources import open_source
+
+N = 120
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> tuple[Path, Path]:
+    a, b, labels = make_arrays(N, (3, 8, 8), seed=5)
+    src = write_per_sample(tmp_path / "pt", "train", a, b, labels)
+    out = tmp_path / "out" / "train.beton"
+    write_pairs(open_source(src, "train"), out, page_size=4096, workers=1, progress=False)
+    return out, src
+
+
+def _verify(capsys, *args: str) -> tuple[int, str]:
+    rc = main(["verify", *args])
+    return rc, capsys.readouterr().out
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_verify_ok_against_source(capsys, written) -> None:
+    out, src = written
+    rc, text = _verify(capsys, str(out), "--against", str(src), "--samples", "all")
+    assert rc == 0, text
+    assert "checksums: OK" in text and f"samples: OK ({N} of {N}" in text
+
+
+def test_flipped_byte_in_a_page_is_named(capsys, written) -> None:
+    out, _ = written
+    reader = PairReader(out)
+    ptr = int(reader.image_pointers("B")[57])
+    _flip(out, ptr + 3)
+    page = ptr // reader.page_size
+    rc, text = _verify(capsys, str(out))
+    assert rc == 1
+    assert f"checksum mismatch in page {page} (data" in text and "samples" in text
+    assert "57" in describe_block(reader, page) or "-" in describe_block(reader, page)
+    with pytest.raises(BetonError, match=f"page {page}"):
+        make_loader(out, batch_size=8, verify=True)
+    make_loader(out, batch_size=8)  # a data page is only checked on request
+
+
+def test_corrupt_metadata_is_refused_on_open(written) -> None:
+    out, _ = written
+    reader = PairReader(out)
+    label_offset = int(reader.metadata.offset) + 33 * reader.metadata.itemsize + 16
+    _flip(out, label_offset)  # a label: structurally fine, silently wrong without checksums
+    with pytest.raises(BetonError, match="checksum mismatch in block 0"):
+        make_loader(out, batch_size=8)
+
+
+def test_source_mismatch_names_the_sample(capsys, written) -> None:
+    out, src = written
+    torch.save(torch.zeros(3, 8, 8, dtype=torch.uint8), src / "train_A_images_9.pt")
+    rc, text = _verify(capsys, str(out), "--against", str(src), "--samples", "all")
+    assert rc == 1 and "sample 9: field 'A' differs from" in text and "train_A_images_9.pt" in text
+
+
+def test_truncated_file(capsys, written) -> None:
+    out, _ = written
+    out.write_bytes(out.read_bytes()[:-100])
+    with pytest.raises(BetonError, match="truncated"):
+        make_loader(out, batch_size=8)
+    rc, text = _verify(capsys, str(out))
+    assert rc == 1 and "FAIL" in text and "truncated" in text
+
+
+def test_stale_manifest(written) -> None:
+    out, _ = written
+    a, b, labels = make_arrays(N + 5, (3, 8, 8))
+    sidecar = manifest_path(out).read_bytes()
+    write_pairs(
+        __import__("ffcv_pairs").ArraySource(a, b, labels), out, page_size=4096, progress=False
+    )
+    manifest_path(out).write_bytes(sidecar)
+    with pytest.raises(BetonError, match="stale manifest|does not match"):
+        make_loader(out, batch_size=8)
+
+
+def test_upstream_file_loads_and_verify_says_unchecked(capsys, tmp_path: Path) -> None:
+    from ffcv.fields import IntField, NDArrayField
+    from ffcv.writer import DatasetWriter
+
+    a, b, labels = make_arrays(50, (2, 4, 4))
+    path = tmp_path / "up.beton"
+    fields = {
+        "A": NDArrayField(np.dtype("uint8"), (2, 4, 4)),
+        "B": NDArrayField(np.dtype("uint8"), (2, 4, 4)),
+        "label": IntField(),
+    }
+    DatasetWriter(str(path), fields, num_workers=1).from_indexed_dataset(
+        [(a[i], b[i], int(labels[i])) for i in range(50)]
+    )
+    loader = make_loader(path, batch_size=10, order="sequential")
+    got = torch.cat([x.clone() for x, _, _ in loader])
+    assert got.numpy().tobytes() == a.tobytes()
+    rc, text = _verify(capsys, str(path))
+    assert rc == 0 and "NOT CHECKED" in text and "no manifest" in text
+
+
+def test_inspect_and_preview(capsys, written, tmp_path: Path) -> None:
+    out, _ = written
+    png = tmp_path / "p.png"
+    assert main(["inspect", str(out), "--preview", "6", "--out", str(png)]) == 0
+    text = capsys.readouterr().out
+    for needle in (
+        "samples:      120",
+        "page size:    4096",
+        "NDArrayField",
+        "uint8 [3, 8, 8]",
+        "IntField",
+        "labels:       120 distinct",
+        "manifest:",
+        "preview:",
+    ):
+        assert needle in text, needle
+    from PIL import Image
+
+    assert Image.open(png).size[0] > 0
+
+
+def test_inspect_bad_file_one_line(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "x.beton"
+    bad.write_bytes(b"\x00" * 100)
+    assert main(["inspect", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "x.beton" in err and "\n" not in err
+
+
+# -- fuzzing ----------------------------------------------------------------------------
+
+REGIONS = ["header", "fields", "metadata", "alloc", "truncate"]
+
+
+@pytest.fixture(scope="module")
+def fuzz_base(tmp_path_factory) -> tuple[Path, np.ndarray]:
+    from ffcv_pairs import ArraySource
+
+    a, b, labels = make_arrays(64, (2, 6, 6), seed=9)
+    path = tmp_path_factory.mktemp("fuzz") / "base.beton"
+    write_pairs(ArraySource(a, b, labels), path, page_size=4096, progress=False)
+    return path, a
+
+
+def _corrupt(base: Path, dest: Path, region: str, where: float, value: int, wide: bool) -> None:
+    reader = PairReader(base)
+    data = bytearray(base.read_bytes())
+    meta_lo = int(reader.metadata.offset)
+    bounds = {
+        "header": (0, 24),
+        "fields": (24, meta_lo),
+        "metadata": (meta_lo, meta_lo + reader.metadata.nbytes),
+        "alloc": (int(reader.header["alloc_table_ptr"]), len(data)),
+    }
+    if region == "truncate":
+        cut = int(where * len(data))
+        dest.write_bytes(bytes(data[:cut]))
+        return
+    lo, hi = bounds[region]
+    off = lo + int(where * (hi - lo - 8))
+    if wide:  # an 8-byte field (a pointer, a count) set to something arbitrary
+        data[off : off + 8] = int(value).to_bytes(8, "little")
+    else:
+        data[off] = value & 0xFF if data[off] != (value & 0xFF) else data[off] ^ 0x01
+    dest.write_bytes(bytes(data))
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    region=st.sampled_from(REGIONS),
+    where=st.floats(0, 1),
+    value=st.integers(0, 2**64 - 1),
+    wide=st.booleans(),
+    with_manifest=st.booleans(),
+)
+def test_fuzz_corrupt_headers_and_tables(
+    tmp_path: Path, fuzz_base, region, where, value, wide, with_manifest
+) -> None:
+    base, a = fuzz_base
+    dest = tmp_path / "f.beton"
+    _corrupt(base, dest, region, where, value, wide)
+    manifest_path(dest).unlink(missing_ok=True)
+    if with_manifest:
+        shutil.copy(manifest_path(base), manifest_path(dest))
+    t0 = time.monotonic()
+    try:
+        loader = make_loader(
+            dest, batch_size=16, order="sequential", drop_last=False, num_threads=1
+        )
+        got = torch.cat([x.clone() for x, _, _ in loader]).numpy()
+    except (BetonError, ValueError):
+        outcome = "refused"
+    else:
+        outcome = "loaded"
+        if with_manifest:
+            assert got.tobytes() == a[: len(got)].tobytes() and len(got) == len(a), (
+                "wrong data returned from a corrupt file that has a manifest"
+            )
+    assert time.monotonic() - t0 < 20, f"{outcome} took too long"
+
+
+# -- RAM budget -------------------------------------------------------------------------
+
+BUDGET_SCRIPT = """
+import json, sys
+from ffcv_pairs import make_loader, PairAugment
+from ffcv_pairs.budget import process_bytes
+cfg = json.loads(sys.argv[2])
+aug = PairAugment(**cfg.pop("augment")) if "augment" in cfg else None
+loader = make_loader(sys.argv[1], augment=aug, num_threads=2, **cfg)
+est = loader.memory_estimate
+for _ in range(2):
+    for batch in loader:
+        pass
+print(json.dumps({"estimate": est.per_rank, "measured": process_bytes(sys.argv[1]),
+                  "loader": est.loader, "process": est.process}))
+"""
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"batch_size": 1024, "batches_ahead": 3},
+        {
+            "batch_size": 512,
+            "batches_ahead": 6,
+            "augment": {
+                "crop": [48, 48],
+                "crop_scale": [0.3, 1.0],
+                "hflip": 0.5,
+                "normalize_mean": [1.0, 2.0, 3.0],
+                "normalize_std": [2.0, 2.0, 2.0],
+            },
+        },
+    ],
+    ids=["plain-1024", "resized-normalize-512"],
+)
+def test_ram_estimate_matches_measured_uss(tmp_path: Path, cfg) -> None:
+    from ffcv_pairs import ArraySource
+
+    a, b, labels = make_arrays(4096, (3, 64, 64), seed=1)
+    path = tmp_path / "m.beton"
+    write_pairs(ArraySource(a, b, labels), path, progress=False)
+    out = subprocess.run(
+        [sys.executable, "-c", BUDGET_SCRIPT, str(path), json.dumps(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["loader"] > 0.15 * r["process"], "configuration too small to test the model"
+    assert abs(r["estimate"] - r["measured"]) <= 0.25 * r["measured"], r
+
+
+def test_budget_refuses_with_a_hint(written) -> None:
+    out, _ = written
+    with pytest.raises(MemoryBudgetError, match=r"max_ram_gb=0\.01.*lower batch_size"):
+        make_loader(out, batch_size=8, max_ram_gb=0.01)

@@ -44,8 +44,9 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
         lines.append("manifest:     none (written without ffcv_pairs): checksums unavailable")
     else:
         lines.append(
-            f"manifest:     {len(manifest.crcs())} block checksums, sha256 {manifest.sha256[:16]}..,"
-            f" written {manifest.created} by ffcv_pairs {manifest.writer_version}"
+            f"manifest:     {len(manifest.crcs())} block checksums, sha256 "
+            f"{manifest.sha256[:16]}.., written {manifest.created} by ffcv_pairs "
+            f"{manifest.writer_version}"
         )
         lines.append(f"source:       {manifest.source}")
     values, counts = label_histogram(reader)
@@ -109,7 +110,9 @@ def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: i
     scale = max(1, 96 // max(1, max(r.shape[0] for r in rows)))
     image = Image.fromarray(grid)
     if scale > 1:
-        image = image.resize((grid.shape[1] * scale, grid.shape[0] * scale), Image.NEAREST)
+        image = image.resize(
+            (grid.shape[1] * scale, grid.shape[0] * scale), Image.Resampling.NEAREST
+        )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     image.save(out)

@@ -87,7 +87,7 @@ def describe_block(reader: PairReader, block: int) -> str:
     start, end = block * ps, min((block + 1) * ps, reader.file_size)
     span = f"bytes {start}-{end}"
     alloc = int(reader.header["alloc_table_ptr"])
-    meta_end = int(reader.metadata.offset) + reader.metadata.nbytes
+    meta_end = reader.metadata_end
     if start < meta_end:
         return f"block {block} (header/field table/metadata, {span})"
     if start >= alloc:
@@ -114,7 +114,7 @@ def check_tables(reader: PairReader, manifest: Manifest) -> None:
         BetonError: naming the first bad block.
     """
     ps = int(reader.page_size)
-    meta_end = int(reader.metadata.offset) + reader.metadata.nbytes
+    meta_end = reader.metadata_end
     blocks = range(-(-meta_end // ps))
     expected = manifest.crcs()
     for b, crc in zip(blocks, _crc_blocks(reader.path, ps, blocks)):

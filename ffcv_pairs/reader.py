@@ -98,8 +98,7 @@ class PairReader(Reader):
             raise self._fail(f"corrupt field table ({type(e).__name__}: {e})") from None
 
     def read_metadata(self) -> None:
-        offset = HeaderType.itemsize + self.field_descriptors.nbytes
-        end = offset + self.num_samples * self.metadata_type.itemsize
+        offset, end = self.metadata_offset, self.metadata_end
         if end > int(self.header["alloc_table_ptr"]):
             raise self._fail(
                 f"truncated or corrupt: {self.num_samples} metadata rows end at byte {end}, "
@@ -123,6 +122,15 @@ class PairReader(Reader):
             self._fname, dtype=ALLOC_TABLE_TYPE, mode="r", offset=ptr, shape=(count,)
         )
 
+    @property
+    def metadata_offset(self) -> int:
+        """Byte offset of the metadata table."""
+        return HeaderType.itemsize + self.field_descriptors.nbytes
+
+    @property
+    def metadata_end(self) -> int:
+        return self.metadata_offset + self.num_samples * self.metadata_type.itemsize
+
     def field_index(self, name: str) -> int:
         return self.field_names.index(name)
 
@@ -132,8 +140,7 @@ class PairReader(Reader):
 
     def _check_pointers(self) -> None:
         """Every image must lie inside the data region: JIT kernels do not bounds-check."""
-        data_start = HeaderType.itemsize + self.field_descriptors.nbytes
-        data_start += self.num_samples * self.metadata_type.itemsize
+        data_start = self.metadata_end
         data_end = int(self.header["alloc_table_ptr"])
         for name in PairSchema.IMAGE_FIELDS:
             ptrs = self.image_pointers(name)

@@ -125,7 +125,7 @@ def test_unfinished_write(tmp_path: Path) -> None:
 def test_pointer_outside_file(tmp_path: Path) -> None:
     path, _, _ = _write(tmp_path)
     reader = PairReader(path)
-    offset = reader.metadata.offset + 7 * reader.metadata.itemsize
+    offset = reader.metadata_offset + 7 * reader.metadata.itemsize
     data = bytearray(path.read_bytes())
     data[offset : offset + 8] = np.uint64(len(data) + 10).tobytes()
     (tmp_path / "p.beton").write_bytes(bytes(data))

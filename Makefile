@@ -38,7 +38,7 @@ test: lint
 	$(PY) -m pytest
 
 demo: install
-	$(PY) -m ffcv_pairs.demo
+	$(PY) -m ffcv_pairs.demo --compare
 
 bench: install
 	$(PY) -m bench

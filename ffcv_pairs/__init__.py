@@ -21,6 +21,22 @@ from .sources import (
 )
 from .writer import WriteReport, write_pairs
 
+_LIGHTNING = {
+    "PairDataModule": "datamodule",
+    "SiamesePairClassifier": "model",
+    "LoaderMonitor": "callbacks",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Lightning-side classes, imported on first use (the loader does not need Lightning)."""
+    if name in _LIGHTNING:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LIGHTNING[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ArraySource",
     "ArraySpec",
@@ -29,12 +45,15 @@ __all__ = [
     "IndexedSource",
     "LoaderConfig",
     "LoaderError",
+    "LoaderMonitor",
     "PairAugment",
+    "PairDataModule",
     "PairLoader",
     "PairReader",
     "PairSchema",
     "PairSource",
     "PerSampleSource",
+    "SiamesePairClassifier",
     "SourceError",
     "WriteReport",
     "__version__",

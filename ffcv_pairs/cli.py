@@ -3,6 +3,7 @@
 Commands::
 
     python writers/write_beton.py data/pt out --split train --split val --workers 2
+    python writers/write_beton.py --config configs/write.yaml --limit 1000
     python -m ffcv_pairs write data/pt out --split train --layout batched --limit 1000
     python -m ffcv_pairs inspect out/train.beton --preview 8 --out preview.png
     python -m ffcv_pairs verify out/train.beton --against data/pt --samples 100
@@ -46,18 +47,24 @@ def _guard(run: Callable[[], int]) -> int:
 
 
 def _add_write_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src_dir", type=Path, help="directory holding the .pt files")
-    p.add_argument("out_dir", type=Path, help="directory to write <split>.beton into")
+    p.add_argument("src_dir", type=Path, nargs="?", help="directory holding the .pt files")
+    p.add_argument("out_dir", type=Path, nargs="?", help="directory to write <split>.beton into")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML with these options (see configs/write.yaml); flags win",
+    )
     p.add_argument(
         "--split",
         action="append",
-        required=True,
+        default=None,
         help="split name (file prefix); repeat for several",
     )
-    p.add_argument("--layout", choices=["auto", "per-sample", "batched"], default="auto")
+    p.add_argument("--layout", choices=["auto", "per-sample", "batched"], default=None)
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("--limit", type=int, default=None, help="write only the first N samples")
-    p.add_argument("--page-size", default="8MiB", help="page size, e.g. 8MiB (power of two)")
+    p.add_argument("--page-size", default=None, help="page size, e.g. 8MiB (power of two)")
     p.add_argument(
         "--store-dtype",
         choices=["uint8", "float16"],
@@ -67,11 +74,54 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+_WRITE_DEFAULTS: dict[str, object] = {"layout": "auto", "page_size": "8MiB"}
+_WRITE_KEYS = (
+    "src_dir",
+    "out_dir",
+    "split",
+    "layout",
+    "workers",
+    "limit",
+    "page_size",
+    "store_dtype",
+)
+
+
+def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
+    """Command-line flags over ``--config`` over defaults; required ones checked."""
+    import yaml
+
+    file: dict[str, object] = {}
+    if args.config is not None:
+        loaded = yaml.safe_load(args.config.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config}: expected a mapping of write options")
+        unknown = sorted(set(loaded) - set(_WRITE_KEYS))
+        if unknown:
+            raise ValueError(
+                f"{args.config}: unknown option(s) {unknown}; known: {list(_WRITE_KEYS)}"
+            )
+        file = loaded
+    for key in _WRITE_KEYS:
+        if getattr(args, key) is None:
+            setattr(args, key, file.get(key, _WRITE_DEFAULTS.get(key)))
+    if isinstance(args.split, str):
+        args.split = [args.split]
+    for key in ("src_dir", "out_dir", "split"):
+        if not getattr(args, key):
+            raise ValueError(f"missing {key} (give it on the command line or in --config)")
+    args.src_dir, args.out_dir = Path(args.src_dir), Path(args.out_dir)
+    if args.layout not in ("auto", "per-sample", "batched"):
+        raise ValueError(f"layout {args.layout!r} must be auto, per-sample or batched")
+    return args
+
+
 def _write(args: argparse.Namespace) -> int:
     from .layout import parse_size
     from .sources import open_source
     from .writer import write_pairs
 
+    args = _merge_write_config(args)
     page_size = parse_size(args.page_size)
     sources = [(split, open_source(args.src_dir, split, args.layout)) for split in args.split]
     for split, source in sources:

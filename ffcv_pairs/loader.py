@@ -299,6 +299,9 @@ class PairLoader:
         """Lightning calls ``dataloader.sampler.set_epoch(epoch)`` at each epoch start."""
         return self
 
+    #: Like a ``DataLoader`` without one; Lightning looks for it.
+    batch_sampler = None
+
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Sample ids this rank reads in ``epoch``, in order (before batching)."""
         order = self._engine.traversal_order.sample_order(epoch)
@@ -311,6 +314,12 @@ class PairLoader:
             self._active = None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        """One epoch. Lazy: the epoch is fixed, and loading starts, at the first ``next()``.
+
+        Lightning creates the first epoch's iterator before it calls ``set_epoch``
+        (and calls ``iter()`` once more just to check the loader), so nothing may
+        happen before the first batch is asked for.
+        """
         self.close()
         epoch = self._next_epoch
         self._next_epoch = epoch + 1
@@ -321,14 +330,12 @@ class PairLoader:
         order = self.epoch_order(epoch)[skip * self.batch_size :]
         self._clock[1] = epoch
         self._progress = (epoch, skip)
-        Compiler.set_num_threads(self.num_threads)
         if len(order) == 0:
             self._progress = None
-            return iter(())
-        self._active = _PairEpochIterator(self._engine, order, self.config.batches_ahead)
-        return self._iterate(self._active, epoch, skip)
-
-    def _iterate(self, it: _PairEpochIterator, epoch: int, done: int):
+            return
+        Compiler.set_num_threads(self.num_threads)
+        self._active = it = _PairEpochIterator(self._engine, order, self.config.batches_ahead)
+        done = skip
         try:
             for batch in it:
                 done += 1

@@ -5,7 +5,10 @@ Commands::
 
     python writers/write_beton.py SRC_DIR OUT_DIR --split train [--split val ...]
         [--layout auto|per-sample|batched] [--workers N] [--limit N]
-        [--page-size BYTES] [--store-dtype uint8|float16]
+        [--page-size BYTES] [--store-dtype uint8|float16] [--config YAML]
+
+    # the same options from a YAML file (command-line flags win):
+    python writers/write_beton.py --config configs/write.yaml
 
     # e.g. the demo's data, both splits, 2 worker processes:
     python writers/write_beton.py demo_out/pt demo_out/beton --split train --split val --workers 2

@@ -1,0 +1,179 @@
+"""``PairDataModule``: the loader inside Lightning's (distributed) trainer, without traps.
+
+* Loaders are built in the ``*_dataloader`` hooks from the trainer's rank and
+  world size, so they shard correctly under DDP on any number of nodes.
+* ``global_batch_size`` is split over the world size (``batch_size`` is per
+  device), with an error when it does not divide.
+* Lightning calls ``loader.sampler.set_epoch(epoch)`` at every epoch start, so
+  every epoch gets a new order. Lightning only injects a ``DistributedSampler``
+  into a torch ``DataLoader``; this loader shards itself, so
+  ``use_distributed_sampler`` may be either value.
+* Validation and test read sequentially, sharded, with nothing dropped (ranks may
+  differ by one batch: do not use per-step collectives in ``validation_step``).
+* Mid-epoch resume: Lightning saves the train loader's ``state_dict`` in every
+  checkpoint and restores it (its stateful-dataloader protocol); the rest of
+  the epoch then comes out exactly as it would have.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import lightning as L
+
+from .augment import PairAugment, image_layout
+from .loader import PairLoader, make_loader
+from .order import OrderKind
+from .reader import PairReader
+from .schema import PairSchema
+
+__all__ = ["PairDataModule"]
+
+
+class PairDataModule(L.LightningDataModule):
+    """Pair `.beton` files for ``fit``/``validate``/``test``.
+
+    Args:
+        train_path: Training `.beton`.
+        val_path: Validation `.beton` (optional).
+        test_path: Test `.beton` (optional).
+        global_batch_size: Samples per optimiser step over all devices and nodes;
+            split over the world size. Give this or ``batch_size``.
+        batch_size: Samples per device. Give this or ``global_batch_size``.
+        order: Training order: ``quasi_random``, ``random`` or ``sequential``.
+        os_cache: Read through the OS page cache (shared by the node's ranks).
+        seed: Order and augmentation seed, the same on every rank.
+        augment: Training augmentation (validation and test are not augmented,
+            but get the same ``normalize_*``/``out_dtype`` so inputs match).
+        num_threads: JIT threads per rank; default the node's cores over its devices.
+        window_bytes: Quasi-random window (see :mod:`ffcv_pairs.order`).
+        batches_ahead: Batches prepared ahead per rank.
+        max_ram_gb: Refuse to start when the node-wide RAM estimate exceeds this.
+        device: Where batches go; default the trainer's device.
+    """
+
+    def __init__(
+        self,
+        train_path: str | None = None,
+        val_path: str | None = None,
+        test_path: str | None = None,
+        global_batch_size: int | None = None,
+        batch_size: int | None = None,
+        order: OrderKind = "quasi_random",
+        os_cache: bool = True,
+        seed: int = 0,
+        augment: PairAugment | None = None,
+        num_threads: int | None = None,
+        window_bytes: int = 256 << 20,
+        batches_ahead: int = 3,
+        max_ram_gb: float | None = None,
+        device: str | None = None,
+    ):
+        super().__init__()
+        if (global_batch_size is None) == (batch_size is None):
+            raise ValueError(
+                "give exactly one of global_batch_size (over all devices) or batch_size "
+                f"(per device); got global_batch_size={global_batch_size}, "
+                f"batch_size={batch_size}"
+            )
+        for name, value in (("global_batch_size", global_batch_size), ("batch_size", batch_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        self.save_hyperparameters(ignore=["augment"])
+        self.paths = {"train": train_path, "val": val_path, "test": test_path}
+        self.global_batch_size, self._batch_size = global_batch_size, batch_size
+        self.order, self.os_cache, self.seed = order, os_cache, seed
+        self.augment, self.num_threads = augment, num_threads
+        self.window_bytes, self.batches_ahead = window_bytes, batches_ahead
+        self.max_ram_gb, self.device = max_ram_gb, device
+        self._loaders: dict[str, PairLoader] = {}
+
+    # -- the trainer's view ------------------------------------------------------------
+    def _world(self) -> tuple[int, int, int]:
+        """(rank, world_size, devices per node) from the trainer, or a single process."""
+        trainer = self.trainer
+        if trainer is None:
+            return 0, 1, 1
+        return trainer.global_rank, trainer.world_size, max(1, trainer.num_devices)
+
+    def per_device_batch_size(self, world_size: int) -> int:
+        """The batch each device loads (``global_batch_size / world_size``)."""
+        if self._batch_size is not None:
+            return self._batch_size
+        assert self.global_batch_size is not None
+        if self.global_batch_size % world_size:
+            raise ValueError(
+                f"global_batch_size {self.global_batch_size} is not divisible by the world "
+                f"size {world_size} (devices x nodes); use a multiple of {world_size}"
+            )
+        return self.global_batch_size // world_size
+
+    def schema(self) -> PairSchema:
+        """The schema of the training (or first given) file."""
+        path = next(p for p in self.paths.values() if p is not None)
+        return PairReader(path).schema
+
+    def input_channels(self) -> int:
+        """Channels of image A, for sizing a model's first layer."""
+        spec = self.schema().a
+        return image_layout(spec, self.augment.channels if self.augment else "auto").num_channels
+
+    def _device(self) -> str | None:
+        if self.device is not None:
+            return self.device
+        trainer = self.trainer
+        return str(trainer.strategy.root_device) if trainer is not None else None
+
+    def _eval_augment(self) -> PairAugment | None:
+        aug = self.augment
+        if aug is None or (aug.normalize_mean is None and aug.out_dtype is None):
+            return None
+        return PairAugment(
+            normalize_mean=aug.normalize_mean,
+            normalize_std=aug.normalize_std,
+            out_dtype=aug.out_dtype,
+            channels=aug.channels,
+        )
+
+    def _loader(self, split: str) -> PairLoader:
+        path = self.paths[split]
+        if path is None:
+            raise ValueError(f"PairDataModule has no {split}_path; set data.{split}_path")
+        if not os.path.exists(path):
+            raise ValueError(f"data.{split}_path: {path} does not exist")
+        rank, world, local = self._world()
+        train = split == "train"
+        threads = self.num_threads or max(1, len(os.sched_getaffinity(0)) // local)
+        return make_loader(
+            path,
+            batch_size=self.per_device_batch_size(world),
+            order=self.order if train else "sequential",
+            os_cache=self.os_cache,
+            seed=self.seed,
+            drop_last=train,
+            augment=self.augment if train else self._eval_augment(),
+            device=self._device(),
+            num_threads=threads,
+            batches_ahead=self.batches_ahead,
+            rank=rank,
+            world_size=world,
+            window_bytes=self.window_bytes,
+            max_ram_gb=self.max_ram_gb,
+        )
+
+    # -- Lightning hooks ---------------------------------------------------------------
+    def train_dataloader(self) -> PairLoader:
+        self._loaders["train"] = self._loader("train")
+        return self._loaders["train"]
+
+    def val_dataloader(self) -> Any:
+        return self._loader("val") if self.paths["val"] else []
+
+    def test_dataloader(self) -> PairLoader:
+        return self._loader("test")
+
+    def teardown(self, stage: str) -> None:
+        for loader in self._loaders.values():
+            loader.close()
+        self._loaders.clear()

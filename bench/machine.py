@@ -1,0 +1,62 @@
+"""What the numbers were measured on: cores, RAM, CPU model and library versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+import psutil
+
+from .extras import EXTRAS, installed, venv_size
+
+__all__ = ["describe_machine", "extras_status"]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def describe_machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "cores": len(os.sched_getaffinity(0)),
+        "ram_gib": psutil.virtual_memory().total / 2**30,
+        "cpu": _cpu_model(),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.cuda.is_available(),
+        "numpy": _version("numpy"),
+        "numba": _version("numba"),
+        "ffcv": _version("ffcv"),
+        "ffcv-pairs": _version("ffcv-pairs"),
+    }
+
+
+def extras_status(enabled: bool) -> dict[str, dict[str, Any]]:
+    """Per extra: ``version`` when it imports in its venv, else ``why`` it cannot run."""
+    if not enabled:
+        return {name: {"version": None, "why": "extras disabled (--no-extras)"} for name in EXTRAS}
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, extra in EXTRAS.items():
+        out[name] = {**installed(extra), "venv_mib": venv_size(extra) / 2**20}
+    return out

@@ -1,0 +1,94 @@
+"""Memory of a process tree, sampled from outside: RSS, USS, PSS and peak RSS.
+
+USS and PSS come from psutil's ``memory_full_info()`` (``/proc/PID/smaps_rollup``).
+Sums are over the process and all its descendants (DataLoader workers,
+simulated ranks); peaks are the largest sums seen while sampling.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil
+
+__all__ = ["MemoryPeaks", "TreeSampler", "snapshot", "vm_hwm"]
+
+MB = 1 << 20
+
+
+def vm_hwm(pid: int) -> int:
+    """Peak resident set (``VmHWM``) of ``pid`` in bytes, 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class MemoryPeaks:
+    """Largest values seen, in bytes. ``hwm``: the largest VmHWM of any process in the tree."""
+
+    rss: int = 0
+    uss: int = 0
+    pss: int = 0
+    hwm: int = 0
+    procs: int = 0
+
+    def update(self, other: MemoryPeaks) -> None:
+        for k in ("rss", "uss", "pss", "hwm", "procs"):
+            setattr(self, k, max(getattr(self, k), getattr(other, k)))
+
+    def to_mb(self) -> dict[str, Any]:
+        return {k: (v / MB if k != "procs" else v) for k, v in asdict(self).items()}
+
+
+def snapshot(pid: int) -> MemoryPeaks:
+    """Sums of RSS, USS and PSS over ``pid`` and its descendants, right now."""
+    out = MemoryPeaks()
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return out
+    for p in procs:
+        try:
+            info = p.memory_full_info()
+        except psutil.Error:
+            continue
+        out.rss += info.rss
+        out.uss += info.uss
+        out.pss += getattr(info, "pss", 0)
+        out.hwm = max(out.hwm, vm_hwm(p.pid))
+        out.procs += 1
+    return out
+
+
+class TreeSampler:
+    """``with TreeSampler(pid) as s: ...`` samples the tree every ``interval`` seconds."""
+
+    def __init__(self, pid: int, interval: float = 0.25):
+        self.pid, self.interval = pid, interval
+        self.peaks = MemoryPeaks()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            self.peaks.update(snapshot(self.pid))
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peaks.update(snapshot(self.pid))

@@ -1,0 +1,16 @@
+"""Imported once by the forkserver, so that contestant processes start without import time.
+
+Every contestant process of the project's venv is forked from a server that has
+imported only this: it never built a loader, so each contestant still compiles
+or loads its own JIT code (upstream FFCV compiles its pipeline per process).
+"""
+
+import numpy  # noqa: F401
+import psutil  # noqa: F401
+import torch
+import torch.utils.data  # noqa: F401
+from ffcv.loader import Loader  # noqa: F401
+
+import ffcv_pairs  # noqa: F401
+
+__all__: list[str] = []

@@ -1,0 +1,304 @@
+"""The report: ``<date>.md`` (tables, machine, targets) and ``<date>.json`` (everything)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+__all__ = ["render_markdown", "write_report"]
+
+MB = 1e6
+
+
+def _n(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.{digits}f}"
+
+
+def _ratio(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.3g}x"
+
+
+def _throughput(res: dict[str, Any]) -> list[str]:
+    rows = res["throughput"]
+    limit = rows.get("memcpy", {}).get("best")
+    ours = rows.get("ours", {}).get("best")
+    sb = res["data"]["sample_bytes"]
+    cfg = res["config"]
+    out = [
+        f"## Throughput: best of {cfg['rounds']} interleaved round(s) (median in brackets)",
+        "",
+        f"{cfg['n']:,} pairs of {cfg['dtype']}{list(cfg['shape'])} + int64 label, batch "
+        f"{cfg['batch_size']}, warm page cache. MB/s counts image bytes ({sb:,} per pair; "
+        "MB = 10^6 B). Memory columns: MiB, peaks while running; Σ = summed over the "
+        "contestant's process tree (DataLoader workers, ranks); *USS added* = USS Σ minus "
+        "the process's USS after imports, before its loader was built.",
+        "",
+        "| contestant | samples/s | MB/s | x limit | ffcv-pairs is | build s | first batch s "
+        "| epoch gap s | peak RSS | USS Σ | PSS Σ | USS added |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows.values():
+        title = row["title"] + (" **(this project)**" if row["ours"] else "")
+        if row["status"] != "ok":
+            out.append(f"| {title} | {row['status']} |" + " |" * 10)
+            continue
+        best, med = row.get("best"), row.get("median")
+        if best is None:
+            rate = "no batch inside the time box"
+        else:
+            rate = f"{_n(best)} ({_n(med)})"
+        mem = row.get("memory_mb", {})
+        out.append(
+            "| "
+            + " | ".join(
+                [
+                    title,
+                    rate,
+                    _n(best * sb / MB if best else None),
+                    _ratio(best / limit if best and limit else None),
+                    _ratio(ours / best if best and ours and row["key"] != "ours" else None),
+                    _n(row.get("build_s"), 3),
+                    _n(row.get("first_batch_s"), 3),
+                    _n(row.get("gap_s"), 3),
+                    _n(mem.get("hwm")),
+                    _n(mem.get("uss")),
+                    _n(mem.get("pss")),
+                    _n(row.get("uss_added_mb")),
+                ]
+            )
+            + " |"
+        )
+    out += [
+        "",
+        f"Time-boxed rows ({cfg['time_box']:g} s per round, stopped mid-epoch, rebuilt each "
+        f"round) read with batch size {cfg['slow_batch_size']}: every item loads a whole pack, "
+        "so a batch of 256 would not arrive inside the box; per-sample cost does not depend on "
+        f"the batch size. The LRU row keeps {cfg['lru_packs']} packs per worker. *epoch gap*: "
+        "last batch of epoch e to first batch of e+1 (median). *first batch*: from `iter()` "
+        "in a fresh process to the first batch. The limit is `np.copyto(dst, mm[data_start:"
+        "data_end])` of the whole data region of the `.beton` into one preallocated, "
+        "pre-touched array; one copy counts as all samples.",
+        "",
+    ]
+    return out
+
+
+def _startup(res: dict[str, Any]) -> list[str]:
+    st = res.get("startup")
+    if not st:
+        return []
+    from .startup import STARTUP_KINDS
+
+    out = [
+        "## a. Start-up: loader construction + first batch, memory added",
+        "",
+        f"Tiny samples (uint8{st['shape']} A and B), batch {res['config']['batch_size']}, each "
+        "in a fresh process after imports; this project's numba cache warmed by one run "
+        "first (upstream compiles its pipeline in every process). Memory in MiB: *peak RSS "
+        "added* = VmHWM - RSS before building; *USS added* after the first batch.",
+        "",
+        "| samples | loader | build s | first batch s | total s | peak RSS added | USS added |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for size, kinds in st["rows"].items():
+        for kind, m in kinds.items():
+            if "error" in m:
+                out.append(f"| {int(size):,} | {STARTUP_KINDS[kind]} | {m['error']} | | | | |")
+                continue
+            out.append(
+                f"| {int(size):,} | {STARTUP_KINDS[kind]} | {_n(m['build_s'], 3)} | "
+                f"{_n(m['first_batch_s'], 3)} | {_n(m['total_s'], 3)} | "
+                f"{_n(m['peak_rss_added_mb'])} | {_n(m['uss_added_mb'])} |"
+            )
+    return [*out, ""]
+
+
+def _writer(res: dict[str, Any]) -> list[str]:
+    w = res.get("writer")
+    if not w:
+        return []
+    out = [
+        "## b. Writer: `write_pairs` on the per-sample .pt folder vs only reading it",
+        "",
+        "Both with 2 processes; reading = `torch.load` of the three files of every sample. "
+        "Peak RSS in MiB of the main process and of the largest worker, with what it added "
+        "over the RSS before the job in brackets (a forked worker starts with its parent's "
+        "pages, imports included); USS Σ: peak over all processes.",
+        "",
+        "| samples | job | samples/s | s | peak RSS main | peak RSS worker | USS Σ |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for n, row in w.items():
+        for job in ("read", "write"):
+            m = row[job]
+            name = "write_pairs (workers=2)" if job == "write" else "read sources only"
+            if "error" in m:
+                out.append(f"| {int(n):,} | {name} | {m['error']} | | | | |")
+                continue
+            out.append(
+                f"| {int(n):,} | {name} | {_n(m['rate'])} | {_n(m['seconds'], 2)} | "
+                f"{_n(m['peak_rss_mb'])} (+{_n(m['peak_rss_added_mb'])}) | "
+                f"{_n(m['worker_peak_rss_mb'])} (+{_n(m['worker_peak_rss_added_mb'])}) | "
+                f"{_n(m['uss_sum_mb'])} |"
+            )
+    return [*out, ""]
+
+
+def _memory(res: dict[str, Any]) -> list[str]:
+    mem = res.get("memory", {})
+    cfg = res["config"]
+    out = [
+        "## c. Total memory of simulated ranks",
+        "",
+        f"{cfg['world_size']} spawned ranks on the same data; sums over every process "
+        "(ranks and their DataLoader workers), peaks while reading, MiB. The per-sample .pt "
+        f"rows ran at least {cfg['memory_seconds']:g} s and until every rank had "
+        f"{cfg['memory_min_batches']} batch(es); a row marked *killed* was stopped at the time "
+        "box before that (its memory is a lower bound). The ffcv-pairs row is the 4-rank "
+        "contestant of the throughput table.",
+        "",
+        "| configuration | processes | USS Σ | PSS Σ | RSS Σ | samples/s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, row in mem.items():
+        if "skipped" in row:
+            out.append(f"| {key} | skipped: {row['skipped']} | | | | |")
+            continue
+        if row.get("status", "ok") != "ok":
+            out.append(f"| {row['title']} | {row['status']} | | | | |")
+            continue
+        m = row.get("memory_mb", {})
+        killed = " (*killed*)" if row.get("killed") else ""
+        out.append(
+            f"| {row['title']}{killed} | {m.get('procs', 0)} | {_n(m.get('uss'))} | "
+            f"{_n(m.get('pss'))} | {_n(m.get('rss'))} | {_n(row.get('best'))} |"
+        )
+    return [*out, ""]
+
+
+def _cold(res: dict[str, Any]) -> list[str]:
+    cold = res.get("cold", {})
+    out = ["## d. Cold cache and read amplification", ""]
+    if "skipped" in cold:
+        out.append(f"Cold-cache rows skipped: {cold['skipped']}.")
+    else:
+        out += [
+            "Page cache dropped (`sync; echo 1 > /proc/sys/vm/drop_caches`) before each row; "
+            "one epoch, loader build not timed. This VM's disk is served from host memory, so "
+            "cold reads are cheap here; the model below is the better guide to real disks.",
+            "",
+            "| cold read | samples/s | s |",
+            "|---|---:|---:|",
+        ]
+        for name, m in cold.get("rows", {}).items():
+            label = "memcpy limit" if name == "memcpy" else f"ffcv-pairs, order={name}"
+            if "error" in m:
+                out.append(f"| {label} | {m['error']} | |")
+            else:
+                out.append(f"| {label} | {_n(m['rate'])} | {_n(m['seconds'], 3)} |")
+    amp = res.get("amplification")
+    if amp:
+        out += [
+            "",
+            f"Read-amplification model (readahead window {amp['readahead'] >> 10} KiB): per "
+            "chunk of k consecutive batches in loader order, the distinct file pages, 4 KiB OS "
+            "pages and readahead windows touched; *read* = windows x window size per chunk, "
+            "assuming nothing stays cached between chunks; amplification = bytes read over the "
+            "epoch / bytes the samples hold.",
+        ]
+        for name in ("bench file", "virtual file"):
+            part = amp[name]
+            meta = part["meta"]
+            size = f", {meta['file_gb']:.1f} GiB" if "file_gb" in meta else ""
+            out += [
+                "",
+                f"**{name}**: {meta['samples']:,} samples per epoch{size}, page "
+                f"{meta['page_size'] >> 20} MiB, window_bytes {meta['window_bytes'] >> 20} MiB.",
+                "",
+                "| order | k batches | file pages | 4 KiB pages | RA windows | MiB read/chunk "
+                "| amplification |",
+                "|---|---:|---:|---:|---:|---:|---:|",
+            ]
+            for r in part["rows"]:
+                out.append(
+                    f"| {r['order']} | {r['batches']} | {_n(r['file_pages'], 1)} | "
+                    f"{_n(r['os_pages'])} | {_n(r['ra_windows'])} | "
+                    f"{_n(r['mb_read_per_chunk'], 1)} | {r['amplification']:.2f}x |"
+                )
+    return [*out, ""]
+
+
+def _targets(res: dict[str, Any]) -> list[str]:
+    out = [
+        "## Targets",
+        "",
+        "| target | goal | measured | verdict | note |",
+        "|---|---|---:|---|---|",
+    ]
+    for t in res["targets"]:
+        val = "—" if t["value"] is None else f"{t['value']:.3g}"
+        out.append(
+            f"| {t['target']} | {t['goal']} | {val} | **{t['verdict']}** | {t.get('note', '')} |"
+        )
+    return [*out, ""]
+
+
+def _machine(res: dict[str, Any]) -> list[str]:
+    m, ex = res["machine"], res["extras"]
+    lines = [
+        "## Machine",
+        "",
+        f"- {m['cores']} cores ({m['cpu']}), {m['ram_gib']:.1f} GiB RAM, Linux {m['kernel']}, "
+        f"CUDA: {'yes' if m['cuda'] else 'no'}",
+        f"- python {m['python']}, torch {m['torch']}, numpy {m['numpy']}, numba {m['numba']}, "
+        f"ffcv {m['ffcv']}, ffcv-pairs {m['ffcv-pairs']}",
+    ]
+    for name, e in ex.items():
+        if e.get("version"):
+            lines.append(
+                f"- {name} {e['version']} (own venv with torch {e.get('torch')}, "
+                f"{_n(e.get('venv_mib'))} MiB)"
+            )
+        else:
+            lines.append(f"- {name}: could not run: {e['why']}")
+    return [*lines, ""]
+
+
+def render_markdown(res: dict[str, Any]) -> str:
+    cfg = res["config"]
+    head = [
+        f"# ffcv-pairs benchmark, {res['date']} ({res['label']} run)",
+        "",
+        f"Command: `{res['command']}`. Took {res['elapsed_s'] / 60:.1f} min. "
+        f"Data: {cfg['n']:,} generated pairs (seed {cfg['seed']}).",
+        "",
+    ]
+    body = (
+        _targets(res)
+        + _throughput(res)
+        + _startup(res)
+        + _writer(res)
+        + _memory(res)
+        + _cold(res)
+        + _machine(res)
+    )
+    return "\n".join(head + body)
+
+
+def write_report(res: dict[str, Any], out: Path, charts: list[Path]) -> Path:
+    """Write ``<date>.md``, ``<date>.json`` and ``latest.md`` into ``out``; returns the md."""
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / f"{res['date']}.md"
+    text = render_markdown(res)
+    if charts:
+        text += "\n## Charts\n\n" + "\n".join(f"![{p.stem}]({p.name})" for p in charts) + "\n"
+    md.write_text(text)
+    (out / f"{res['date']}.json").write_text(json.dumps(res, indent=1, default=str))
+    shutil.copyfile(md, out / "latest.md")
+    return md

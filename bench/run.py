@@ -1,0 +1,227 @@
+"""The ffcv-pairs benchmark: every way to load (A, B, label) pairs, side by side.
+
+Run it (from the repository root, with the project's venv)::
+
+    .venv/bin/python -m bench                 # default run, about 10 minutes
+    .venv/bin/python -m bench --quick         # under 2 minutes, small data
+    .venv/bin/python bench/run.py --quick     # the same, as a script
+    make bench / make bench-quick             # the same through make
+
+    .venv/bin/python -m bench --setup-extras  # create the LitData / Streaming venvs
+    make bench-extras                         # the same
+
+    .venv/bin/python -m bench --quick --out /tmp/res --work /tmp/work --no-extras
+    .venv/bin/python -m bench --n 32768 --shape 3,64,64 --dtype uint8 --rounds 5 --clean
+
+It generates the data (seeded) under ``--work`` (default ``bench/.work/``), runs
+the contestants interleaved in rounds, then the start-up, writer, memory and
+cold-cache tables, and writes ``bench/results/<date>.md`` (and ``latest.md``),
+``<date>.json``, ``<date>-throughput.png`` and ``<date>-memory.png``. The report
+states every target and whether it was met. ``--clean`` removes the generated
+data afterwards (the extras' venvs stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the `bench` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.config import BenchConfig, default_config, quick_config
+
+__all__ = ["main", "parse_args"]
+
+log = logging.getLogger("bench")
+
+TABLES = "abcd"
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape must be like 3,64,64, got {text!r}") from None
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"--shape must be positive integers, got {text!r}")
+    return shape
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small data, one round (< 2 min)")
+    p.add_argument("--out", type=Path, help="results folder (default bench/results)")
+    p.add_argument("--work", type=Path, help="data folder (default bench/.work)")
+    p.add_argument("--n", type=int, help="pairs in the main data set")
+    p.add_argument("--shape", type=_shape, help="image shape, e.g. 3,64,64")
+    p.add_argument("--dtype", choices=("uint8", "float16", "float32"))
+    p.add_argument("--rounds", type=int, help="interleaved rounds")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--only", help="comma-separated contestant keys (default: all)")
+    p.add_argument("--tables", default=TABLES, help="which extra tables: any of 'abcd'")
+    p.add_argument("--no-extras", action="store_true", help="skip LitData and Streaming")
+    p.add_argument("--no-cold-cache", action="store_true", help="never drop the page cache")
+    p.add_argument("--clean", action="store_true", help="remove the generated data afterwards")
+    p.add_argument("--date", help="report name (default: today, YYYY-MM-DD)")
+    p.add_argument("--setup-extras", action="store_true", help="create the extras' venvs, exit")
+    return p.parse_args(argv)
+
+
+def _config(args: argparse.Namespace) -> BenchConfig:
+    cfg = quick_config() if args.quick else default_config()
+    changes: dict[str, Any] = {
+        k: getattr(args, k)
+        for k in ("out", "work", "n", "shape", "dtype", "rounds", "seed")
+        if getattr(args, k) is not None
+    }
+    changes["extras"] = not args.no_extras
+    changes["cold_cache"] = not args.no_cold_cache
+    changes["keep_data"] = not args.clean
+    if args.n is not None and args.n < max(cfg.writer_sizes):
+        changes["writer_sizes"] = (max(1, args.n // 4), args.n)
+    return cfg.replace(**changes)
+
+
+def _keys(only: str | None) -> list[str]:
+    from bench.contestants import CONTESTANTS
+
+    if not only:
+        return list(CONTESTANTS)
+    keys = [k.strip() for k in only.split(",") if k.strip()]
+    bad = [k for k in keys if k not in CONTESTANTS]
+    if bad:
+        raise ValueError(f"--only: unknown contestant(s) {bad}; must be among {list(CONTESTANTS)}")
+    return keys
+
+
+def _memory_table(cfg: BenchConfig, paths: Any, throughput: dict, log_file: Path) -> dict:
+    import psutil
+
+    from bench.rounds import measure_single
+
+    rows: dict[str, Any] = {}
+    for w in cfg.memory_workers:
+        key = f"pt_ranks_w{w}"
+        title = f"{cfg.world_size} ranks x {w} DataLoader workers, per-sample .pt"
+        if w > 4 and "pt_ranks_w4" in rows and rows["pt_ranks_w4"].get("memory_mb"):
+            pss4 = rows["pt_ranks_w4"]["memory_mb"]["pss"] * (1 << 20)
+            need = pss4 * (w + 1) / 5
+            avail = psutil.virtual_memory().available
+            if need > avail / 2:
+                rows[key] = {"skipped": f"needs ~{need / 2**30:.1f} GiB, {avail / 2**30:.1f} free"}
+                continue
+        rows[key] = measure_single(key, cfg, paths, cfg.memory_seconds, log_file)
+        rows[key]["title"] = title
+    if "ours_4ranks" in throughput:
+        rows["ours_4ranks"] = throughput["ours_4ranks"]
+    return rows
+
+
+def _extras(cfg: BenchConfig) -> tuple[dict[str, Any], dict[str, str]]:
+    """Status of each extra, and why each one that cannot run cannot."""
+    from bench.machine import extras_status
+
+    status = extras_status(cfg.extras)
+    return status, {n: st["why"] for n, st in status.items() if not st["version"]}
+
+
+def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str) -> Path:
+    """Everything; returns the markdown report's path."""
+    from bench.amplification import measure_amplification, measure_cold
+    from bench.charts import draw_charts
+    from bench.data import prepare_data
+    from bench.machine import describe_machine
+    from bench.report import write_report
+    from bench.rounds import measure_rounds, start_built, warm_cache
+    from bench.runner import forkserver
+    from bench.startup import measure_startup
+    from bench.targets import evaluate_targets
+    from bench.writer_bench import measure_writer
+
+    t0 = time.perf_counter()
+    forkserver()
+    cfg.work.mkdir(parents=True, exist_ok=True)
+    log_file = cfg.work / "extras.log"
+    paths, data_s = prepare_data(cfg)
+    # The simulated ranks import for long: start them while the others start and warm up.
+    early_pool = ThreadPoolExecutor(1)
+    early = {}
+    if "ours_4ranks" in keys:
+        early["ours_4ranks"] = early_pool.submit(start_built, "ours_4ranks", cfg, paths, log_file)
+    extras, unavailable = _extras(cfg)
+    warm_cache(paths)
+    res: dict[str, Any] = {
+        "date": date,
+        "label": cfg.label,
+        "command": command,
+        "config": asdict(cfg),
+        "machine": describe_machine(),
+        "extras": extras,
+        "data": {"seconds": data_s, "sample_bytes": 2 * _image_bytes(cfg)},
+    }
+    unavailable = {k: v for k, v in unavailable.items() if k in keys}
+    res["throughput"] = measure_rounds(cfg, paths, keys, unavailable, log_file, early)
+    early_pool.shutdown()
+    if "a" in tables:
+        res["startup"] = measure_startup(cfg)
+    if "b" in tables:
+        res["writer"] = measure_writer(cfg, paths)
+    if "c" in tables:
+        res["memory"] = _memory_table(cfg, paths, res["throughput"], log_file)
+    if "d" in tables:
+        res["cold"] = measure_cold(cfg, paths)
+        res["amplification"] = measure_amplification(cfg, paths)
+    res["targets"] = evaluate_targets(res)
+    res["elapsed_s"] = time.perf_counter() - t0
+    charts = draw_charts(res, cfg.out)
+    md = write_report(res, cfg.out, charts)
+    if not cfg.keep_data:
+        shutil.rmtree(cfg.work / "data", ignore_errors=True)
+        shutil.rmtree(cfg.work / "startup", ignore_errors=True)
+    return md
+
+
+def _image_bytes(cfg: BenchConfig) -> int:
+    import numpy as np
+
+    return int(np.prod(cfg.shape)) * np.dtype(cfg.dtype).itemsize
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
+    )
+    if args.setup_extras:
+        from bench.extras import setup_extras
+
+        status = setup_extras()
+        for name, line in status.items():
+            sys.stdout.write(f"{name}: {line}\n")
+        return 0 if all("MiB" in s for s in status.values()) else 1
+    try:
+        cfg = _config(args)
+        keys = _keys(args.only)
+        if set(args.tables) - set(TABLES):
+            raise ValueError(f"--tables must use letters of {TABLES!r}, got {args.tables!r}")
+    except ValueError as e:
+        sys.stderr.write(f"bench: {e}\n")
+        return 2
+    date = args.date or datetime.date.today().isoformat()
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    md = run(cfg, keys, args.tables, command.strip(), date)
+    sys.stdout.write(f"{md}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""The issue's targets, each checked against the measured numbers: PASS, MISS or NOT MEASURED."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["evaluate_targets"]
+
+PASS, MISS, NONE = "PASS", "MISS", "NOT MEASURED"
+
+
+def _best(results: dict[str, Any], key: str) -> float | None:
+    row = results["throughput"].get(key)
+    if not row or row["status"] != "ok":
+        return None
+    return row.get("best")
+
+
+def _target(name: str, value: float | None, goal: float, unit: str, higher: bool = True) -> dict:
+    if value is None:
+        verdict = NONE
+    else:
+        verdict = PASS if (value >= goal if higher else value <= goal) else MISS
+    sign = ">=" if higher else "<="
+    return {"target": name, "value": value, "goal": f"{sign} {goal:g}{unit}", "verdict": verdict}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def _throughput_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    ours, aug, limit = (_best(results, k) for k in ("ours", "ours_aug", "memcpy"))
+    out = [
+        _target(
+            "ffcv-pairs vs per-sample .pt DataLoader",
+            _ratio(ours, _best(results, "pt_per_sample")),
+            100,
+            "x",
+        ),
+        _target("ffcv-pairs vs LitData", _ratio(ours, _best(results, "litdata")), 1, "x (ahead)"),
+        _target(
+            "ffcv-pairs vs MosaicML Streaming",
+            _ratio(ours, _best(results, "streaming")),
+            1,
+            "x (ahead)",
+        ),
+        _target(
+            "ffcv-pairs vs numpy memmap DataLoader",
+            _ratio(ours, _best(results, "npy_memmap")),
+            10,
+            "x",
+        ),
+        _target("ffcv-pairs, no augmentation, vs memcpy limit", _ratio(ours, limit), 0.6, "x"),
+        _target("ffcv-pairs, paired augmentation, vs memcpy limit", _ratio(aug, limit), 0.4, "x"),
+    ]
+    for t in out[1:3]:
+        row = results["throughput"].get("litdata" if "LitData" in t["target"] else "streaming")
+        if t["value"] is None and row is not None:
+            t["note"] = row["status"]
+    return out
+
+
+def _startup_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = results.get("startup", {}).get("rows", {})
+    if not rows:
+        return [_target("start-up at 3M vs upstream", None, 8, "x faster")]
+    size = max(rows, key=int)
+    row = rows[size]
+    note = (
+        "" if int(size) >= 3_000_000 else f"measured at {int(size):,} samples (quick run), not 3M"
+    )
+    ours = row.get("ours", {})
+    upstream = [row.get(k, {}).get("total_s") for k in ("ffcv_random", "ffcv_quasi")]
+    upstream = [u for u in upstream if u]
+    speedup = _ratio(min(upstream) if upstream else None, ours.get("total_s"))
+    out = [
+        _target("start-up (build + first batch) vs upstream, faster", speedup, 8, "x"),
+        _target("start-up of ffcv-pairs", ours.get("total_s"), 1.0, " s", higher=False),
+        _target("memory added per rank", ours.get("peak_rss_added_mb"), 300, " MiB", higher=False),
+    ]
+    for t in out:
+        t["note"] = note
+    return out
+
+
+def _memory_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    mem = results.get("memory", {})
+    pt = mem.get("pt_ranks_w4", {}).get("memory_mb", {})
+    ours = mem.get("ours_4ranks", {}).get("memory_mb", {})
+    t = _target(
+        "total memory, 4 ranks x 4 DataLoader workers vs 4 ranks of ffcv-pairs (PSS sum)",
+        _ratio(pt.get("pss"), ours.get("pss")),
+        3,
+        "x lower",
+    )
+    uss = _ratio(pt.get("uss"), ours.get("uss"))
+    t["note"] = f"USS sum ratio {uss:.2f}x" if uss else ""
+    return [t]
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target of the issue, in the report's order."""
+    return _throughput_targets(results) + _startup_targets(results) + _memory_targets(results)

@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pkg-config g++ libopencv-dev libturbojpeg0-dev
 TORCH := torch==2.13.0
 
-.PHONY: install test lint demo bench bench-quick clean
+.PHONY: install test lint demo bench bench-quick bench-extras clean
 
 install: $(STAMP)
 
@@ -45,6 +45,10 @@ bench: install
 
 bench-quick: install
 	$(PY) -m bench --quick
+
+# Optional rivals in their own venvs (bench/.venv-litdata, bench/.venv-streaming); see bench/extras.py.
+bench-extras: install
+	$(PY) -m bench --setup-extras
 
 clean:
 	rm -rf $(VENV) demo_out build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,55 @@
+"""Smoke test of the benchmark: ``python -m bench --quick`` writes a complete report.
+
+Checks that every contestant row and every table is there; never checks a timing.
+The LitData / Streaming rows may say they could not run (no venvs in CI).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+TABLE_HEADINGS = (
+    "## Targets",
+    "## Throughput",
+    "## a. Start-up",
+    "## b. Writer",
+    "## c. Total memory",
+    "## d. Cold cache and read amplification",
+    "## Machine",
+)
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
+    from bench.contestants import CONTESTANTS
+
+    out, work = tmp_path / "results", tmp_path / "work"
+    cmd = [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--work", str(work)]
+    proc = subprocess.run(
+        [*cmd, "--date", "smoke"], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    md = (out / "smoke.md").read_text()
+    assert (out / "latest.md").read_text() == md
+    for heading in TABLE_HEADINGS:
+        assert heading in md, heading
+    for contestant in CONTESTANTS.values():
+        assert f"| {contestant.title}" in md, contestant.title
+    assert "per-sample .pt" in md.split("## c. Total memory")[1]
+    for verdict_line in (ln for ln in md.splitlines() if ln.startswith("| ffcv-pairs vs")):
+        assert any(v in verdict_line for v in ("PASS", "MISS", "NOT MEASURED")), verdict_line
+
+    res = json.loads((out / "smoke.json").read_text())
+    assert set(res["throughput"]) == set(CONTESTANTS)
+    for key in ("startup", "writer", "memory", "cold", "amplification", "targets", "machine"):
+        assert res[key], key
+    assert {"pt_ranks_w4", "ours_4ranks"} <= set(res["memory"])
+    for png in ("smoke-throughput.png", "smoke-memory.png"):
+        assert (out / png).stat().st_size > 0, png

@@ -71,10 +71,16 @@ class PairDecoder(Operation):
         ptr_b: Data pointers of field B (A's arrive as the decoder's metadata).
         augment: Geometry to apply on the way, or None.
         clock: ``[seed, epoch]``, updated by the loader before each epoch.
+        page_size: The file's page size (to find pages in the process cache).
     """
 
     def __init__(
-        self, schema: PairSchema, ptr_b: np.ndarray, augment: PairAugment | None, clock: np.ndarray
+        self,
+        schema: PairSchema,
+        ptr_b: np.ndarray,
+        augment: PairAugment | None,
+        clock: np.ndarray,
+        page_size: int,
     ):
         super().__init__()
         layouts = augment.layouts(schema) if augment is not None else {}
@@ -89,6 +95,7 @@ class PairDecoder(Operation):
             self.g = np.zeros(K.G_SIZE, dtype=np.float64)
             self.g[K.G_IDENTITY] = 1.0
         self.ptr_b, self.clock = ptr_b, clock
+        self.page_shift = np.uint64(int(page_size).bit_length() - 1)
 
     def declare_state_and_memory(self, previous_state: State):
         a = self.plans[0]
@@ -99,15 +106,21 @@ class PairDecoder(Operation):
 
     def generate_code(self) -> Callable:
         pa, pb = self.plans
-        g, clock, ptr_b = self.g, self.clock, self.ptr_b
+        g, clock, ptr_b, shift = self.g, self.clock, self.ptr_b, self.page_shift
 
         def decode(indices, destination, metadata, storage_state):
             out_a, out_b = destination
+            mm, ptrs_a, ptrs_b, rows = storage_state[0], metadata, ptr_b, indices
+            if len(storage_state) == 4:  # process cache: pages sit in private slots
+                mm, ptrs_a, ptrs_b, rows = _slot_pointers(
+                    indices, metadata, ptr_b, storage_state, shift
+                )
             K.decode_pairs(
                 indices,
-                metadata,
-                ptr_b,
-                storage_state[0],
+                rows,
+                ptrs_a,
+                ptrs_b,
+                mm,
                 planes_view(out_a, pa.out_planes, pa.out_height),
                 planes_view(out_b, pb.out_planes, pb.out_height),
                 pa.geo,
@@ -120,6 +133,18 @@ class PairDecoder(Operation):
             return out_a, out_b
 
         return decode
+
+
+def _slot_pointers(indices, ptr_a, ptr_b, storage_state, shift):
+    """Pointers into upstream's process-cache slots (``memory[slot, offset]``) for a batch."""
+    memory, page_to_slot = storage_state[0], storage_state[3]
+    mask = np.uint64((1 << int(shift)) - 1)
+    slot_bytes = np.uint64(memory.shape[1])
+    out = []
+    for ptrs in (ptr_a, ptr_b):
+        p = np.asarray(ptrs[indices], dtype=np.uint64)
+        out.append(page_to_slot[p >> shift].astype(np.uint64) * slot_bytes + (p & mask))
+    return memory.reshape(-1), out[0], out[1], np.arange(len(indices), dtype=np.int64)
 
 
 class TakeField(Operation):

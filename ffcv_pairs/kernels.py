@@ -349,12 +349,14 @@ def _geometry_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # pr
 
 @nb.njit(cache=True, parallel=True, nogil=True)
 def decode_pairs(
-    indices, ptr_a, ptr_b, mm, out_a, out_b, geo_a, geo_b, g, clock, fill_a, fill_b
+    indices, rows, ptr_a, ptr_b, mm, out_a, out_b, geo_a, geo_b, g, clock, fill_a, fill_b
 ):  # pragma: no cover - JIT
     """Decode (and geometrically augment) A and B of every sample, straight from the mapping.
 
-    ``out_x`` are byte arrays ``(batch, planes, out_h, out_w * pixel_bytes)``;
-    ``geo_x`` is ``(planes, height, width, pixel_bytes)`` of the stored image.
+    ``indices`` are the sample ids (they key the randomness); the images of sample
+    ``i`` start at ``ptr_x[rows[i]]`` in ``mm``. ``out_x`` are byte arrays
+    ``(batch, planes, out_h, out_w * pixel_bytes)``; ``geo_x`` is
+    ``(planes, height, width, pixel_bytes)`` of the stored image.
     """
     seed, epoch = clock[0], clock[1]
     identity = g[G_IDENTITY] > 0
@@ -363,14 +365,14 @@ def decode_pairs(
     mode = np.int64(g[G_PAD_MODE])
     for i in nb.prange(len(indices)):
         sid = indices[i]
-        pa, pb = ptr_a[sid], ptr_b[sid]
+        pa, pb = ptr_a[rows[i]], ptr_b[rows[i]]
         if identity:
             copy_bytes(out_a[i].reshape(-1), 0, mm, pa, na)
             copy_bytes(out_b[i].reshape(-1), 0, mm, pb, nb_)
             continue
         prm = np.empty(P_SIZE, dtype=np.float64)
         if i + 1 < len(indices):  # the next sample streams in while this one is rearranged
-            nxt = indices[i + 1]
+            nxt = rows[i + 1]
             prefetch(mm, ptr_a[nxt], na)
             prefetch(mm, ptr_b[nxt], nb_)
         for t in range(2):

@@ -42,7 +42,7 @@ from ffcv.transforms import ToDevice, ToTensor
 from .budget import check_budget, estimate_memory
 from .decoders import LabelDecoder, PairDecoder, TakeField
 from .integrity import open_beton
-from .memory import PageIndex, PairOSCacheManager
+from .memory import PageIndex, PairOSCacheManager, PairProcessCacheManager
 from .order import ORDERS, OrderKind, OrderSpec, PairTraversalOrder
 from .reader import PairReader
 from .schema import PairSchema
@@ -90,12 +90,6 @@ class LoaderConfig:
             raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
         if self.window_bytes < 1:
             raise ValueError(f"window_bytes must be positive, got {self.window_bytes}")
-        if not self.os_cache:
-            raise ValueError(
-                "os_cache=False (FFCV's process cache) is not supported: it needs upstream's "
-                "per-sample dicts. Use os_cache=True; the quasi-random order keeps reads "
-                "page-local for files larger than RAM."
-            )
 
 
 def _resolve_world(cfg: LoaderConfig) -> tuple[int, int]:
@@ -173,7 +167,7 @@ class _Engine:
     batch_size: int
     batches_ahead: int
     num_workers: int
-    memory_manager: PairOSCacheManager
+    memory_manager: PairOSCacheManager | PairProcessCacheManager
     traversal_order: PairTraversalOrder
     graph: Graph
     code: Any = None
@@ -226,7 +220,7 @@ class PairLoader:
             )
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
         self._clock[0] = cfg.seed
-        memory = PairOSCacheManager(self.reader)
+        memory = (PairOSCacheManager if cfg.os_cache else PairProcessCacheManager)(self.reader)
         graph, code = _build_graph(self.reader, self._pipelines())
         self._engine = _Engine(
             self.reader,
@@ -253,7 +247,7 @@ class PairLoader:
         if self.device.type != "cpu":
             to_device = [ToDevice(self.device, non_blocking=True)]
         b_ptrs = self.reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
-        decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock)
+        decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock, int(self.reader.page_size))
         specs: dict[str, PipelineSpec] = {}
         for index, name in enumerate(PairSchema.IMAGE_FIELDS):
             plan = decoder.plans[index]
@@ -430,7 +424,8 @@ def make_loader(
             with fields ``A``, ``B`` (NDArrayField) and ``label`` (IntField)).
         batch_size: Samples per batch on this rank.
         order: ``"quasi_random"`` (default), ``"random"`` or ``"sequential"``.
-        os_cache: Read through the OS page cache (shared by all ranks on a node).
+        os_cache: Read through the OS page cache (shared by all ranks on a node). False:
+            upstream's process cache (private page buffers filled by reader threads).
         distributed: Shard across ranks. ``None``: if ``torch.distributed`` is initialised.
         seed: Order (and augmentation) seed, the same on every rank.
         drop_last: Equal, whole batches on every rank; without it nothing is dropped.

@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ffcv.memory_managers import OSCacheManager
+from ffcv.memory_managers import OSCacheManager, ProcessCacheManager
 from ffcv.memory_managers.os_cache import OSCacheContext
 
 from .reader import PairReader
 from .schema import PairSchema
 
-__all__ = ["PageIndex", "PairOSCacheManager"]
+__all__ = ["PageIndex", "PairOSCacheManager", "PairProcessCacheManager", "SamplePages"]
 
 
 @dataclass(frozen=True)
@@ -96,4 +96,41 @@ class PairOSCacheManager(OSCacheManager):
     def compile_reader(self):
         raise NotImplementedError(
             "PairOSCacheManager has no allocation-table reader; use ffcv_pairs decoders"
+        )
+
+
+class SamplePages:
+    """``sample_id -> pages`` computed on demand from the mapped pointers.
+
+    Upstream's ``ProcessCacheContext`` asks ``manager.sample_to_pages[sample]`` for
+    every sample of an epoch; this answers from two pointer columns instead of a
+    dict of sets built for all samples at start-up.
+    """
+
+    def __init__(self, reader: PairReader):
+        self.shift = np.uint64(int(reader.page_size).bit_length() - 1)
+        self.ptrs = [reader.image_pointers(name) for name in PairSchema.IMAGE_FIELDS]
+
+    def __getitem__(self, sample_id: int) -> set[int]:
+        return {int(p[sample_id] >> self.shift) for p in self.ptrs}
+
+
+class PairProcessCacheManager(ProcessCacheManager):
+    """Upstream's process cache (``os_cache=False``): pages are read into private
+    buffers ahead of the batches that need them, by reader threads.
+
+    Without the per-sample dicts at start-up; planning each epoch's page
+    schedule is still upstream's Python loop over the epoch's samples (about
+    a microsecond a sample). Every rank holds its own copy of the pages it has
+    in flight, so prefer the default OS cache when ranks share a node.
+    """
+
+    def __init__(self, reader: PairReader):  # upstream's __init__ is deliberately skipped
+        self.reader = reader
+        self.ptrs = self.sizes = np.zeros(0, dtype=np.uint64)
+        self.sample_to_pages = SamplePages(reader)
+
+    def compile_reader(self):
+        raise NotImplementedError(
+            "PairProcessCacheManager has no allocation-table reader; use ffcv_pairs decoders"
         )

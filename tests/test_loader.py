@@ -163,7 +163,7 @@ def test_batch_larger_than_rank_share(tmp_path: Path) -> None:
         ({"rank": 1}, "pass both rank and world_size"),
         ({"distributed": True}, "initialised torch.distributed"),
         ({"bogus": 1}, "bogus"),
-        ({"os_cache": False}, "os_cache=False"),
+        ({"batches_ahead": 0}, "batches_ahead must"),
     ],
 )
 def test_bad_arguments(tmp_path: Path, kwargs, needle) -> None:
@@ -171,3 +171,27 @@ def test_bad_arguments(tmp_path: Path, kwargs, needle) -> None:
     args = {"batch_size": 4, **kwargs}
     with pytest.raises((ValueError, TypeError), match=needle.replace("(", r"\(")):
         make_loader(path, **args)
+
+
+@pytest.mark.parametrize("order", ["quasi_random", "sequential"])
+def test_process_cache_gives_the_same_batches(tmp_path: Path, order: str) -> None:
+    """os_cache=False: upstream's process cache (private pages) under the same decoders."""
+    from ffcv_pairs import PairAugment
+
+    path, _, _ = _write(tmp_path, n=700, page_size=4096)
+    aug = PairAugment(hflip=0.5, crop=(8, 8), crop_padding=2)
+    runs = []
+    for os_cache in (True, False):
+        loader = make_loader(
+            path,
+            batch_size=32,
+            order=order,
+            os_cache=os_cache,
+            augment=aug,
+            window_bytes=8192,
+            seed=4,
+        )
+        runs.append([[t.clone() for t in batch] for batch in loader])
+    assert len(runs[0]) == len(runs[1]) == 700 // 32
+    for x, y in zip(runs[0], runs[1]):
+        assert all(torch.equal(p, q) for p, q in zip(x, y))

@@ -50,16 +50,20 @@ def drop_caches() -> str | None:
 
 
 def _distinct_per_chunk(start: np.ndarray, length: int, unit: int, chunk: np.ndarray) -> np.ndarray:
-    """Distinct ``unit``-sized blocks touched by ``[start, start+length)``, per chunk id."""
+    """Distinct ``unit``-sized blocks touched by ``[start, start+length)``, per chunk id.
+
+    A union of intervals: sort them (chunks kept apart by an offset), then count
+    the blocks each interval adds past the furthest block seen before it.
+    """
     first = start // unit
-    count = (start + length - 1) // unit - first + 1
-    offsets = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-    blocks = np.repeat(first, count) + offsets
-    chunks = np.repeat(chunk, count)
-    key = np.unique(
-        chunks.astype(np.uint64) * np.uint64(blocks.max() + 1) + blocks.astype(np.uint64)
-    )
-    return np.bincount((key // np.uint64(blocks.max() + 1)).astype(np.int64))
+    last = (start + length - 1) // unit
+    offset = chunk.astype(np.int64) * (int(last.max()) + 2)
+    first, last = first + offset, last + offset
+    order = np.argsort(first, kind="stable")
+    first, last, chunk = first[order], last[order], chunk[order]
+    reach = np.concatenate(([-1], np.maximum.accumulate(last)[:-1]))
+    added = np.maximum(0, last - np.maximum(first - 1, reach))
+    return np.bincount(chunk, weights=added).astype(np.int64)
 
 
 def chunk_stats(

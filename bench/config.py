@@ -58,7 +58,7 @@ class BenchConfig:
     rounds: int = 3
     min_epochs: int = 3
     min_seconds: float = 2.0
-    time_box: float = 15.0
+    time_box: float = 10.0
     slow_batch_size: int = 1
     pack_size: int = 1000
     lru_packs: int = 4

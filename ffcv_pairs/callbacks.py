@@ -59,22 +59,16 @@ class LoaderMonitor(L.Callback):
         self.samples += len(batch[-1])
         total = self.wait + self.busy
         if total > 0:
-            pl_module.log(
-                "loader/wait_share",
-                self.wait / total,
-                prog_bar=self.prog_bar,
-                on_step=True,
-                on_epoch=False,
-                batch_size=len(batch[-1]),
-            )
-            pl_module.log(
-                "loader/samples_per_s",
-                self.samples / total,
-                prog_bar=self.prog_bar,
-                on_step=True,
-                on_epoch=False,
-                batch_size=len(batch[-1]),
-            )
+            figures = {"wait_share": self.wait / total, "samples_per_s": self.samples / total}
+            for name, value in figures.items():
+                pl_module.log(
+                    f"loader/{name}",
+                    value,
+                    prog_bar=self.prog_bar,
+                    on_step=True,
+                    on_epoch=False,
+                    batch_size=len(batch[-1]),
+                )
         self._last_end = time.perf_counter()
 
     def summary(self) -> dict[str, float]:

@@ -79,24 +79,34 @@ class PageIndex:
         ).astype(np.int64)
 
 
-class PairOSCacheManager(OSCacheManager):
-    """Upstream's OS-cache memory manager without its per-sample start-up.
+class _ByPointer:
+    """What both managers share: only the file is needed, not the allocation table.
 
-    Only the file mapping is needed: this project's decoders read each image
-    through its metadata pointer (a fixed size per field), so the allocation
-    table and upstream's ``searchsorted`` reader are never used, never sorted
-    and never touched. ``compile_reader`` is therefore not provided.
+    This project's decoders read each image through its metadata pointer (a
+    fixed size per field), so the allocation table and upstream's
+    ``searchsorted`` reader are never used, never sorted and never touched.
+    Upstream's ``MemoryManager.__init__``, which builds the per-sample dicts,
+    is deliberately not called.
     """
 
-    def __init__(self, reader: PairReader):  # upstream's __init__ is deliberately skipped
+    reader: PairReader
+
+    def _attach(self, reader: PairReader) -> None:
         self.reader = reader
         self.ptrs = self.sizes = np.zeros(0, dtype=np.uint64)
-        self.context = OSCacheContext(self)
 
     def compile_reader(self):
         raise NotImplementedError(
-            "PairOSCacheManager has no allocation-table reader; use ffcv_pairs decoders"
+            f"{type(self).__name__} has no allocation-table reader; use ffcv_pairs decoders"
         )
+
+
+class PairOSCacheManager(_ByPointer, OSCacheManager):
+    """Upstream's OS-cache memory manager: one shared mapping of the file."""
+
+    def __init__(self, reader: PairReader):
+        self._attach(reader)
+        self.context = OSCacheContext(self)
 
 
 class SamplePages:
@@ -115,22 +125,16 @@ class SamplePages:
         return {int(p[sample_id] >> self.shift) for p in self.ptrs}
 
 
-class PairProcessCacheManager(ProcessCacheManager):
+class PairProcessCacheManager(_ByPointer, ProcessCacheManager):
     """Upstream's process cache (``os_cache=False``): pages are read into private
     buffers ahead of the batches that need them, by reader threads.
 
-    Without the per-sample dicts at start-up; planning each epoch's page
-    schedule is still upstream's Python loop over the epoch's samples (about
-    a microsecond a sample). Every rank holds its own copy of the pages it has
-    in flight, so prefer the default OS cache when ranks share a node.
+    Planning each epoch's page schedule is still upstream's Python loop over the
+    epoch's samples (about a microsecond a sample). Every rank holds its own copy
+    of the pages it has in flight, so prefer the default OS cache when ranks
+    share a node.
     """
 
-    def __init__(self, reader: PairReader):  # upstream's __init__ is deliberately skipped
-        self.reader = reader
-        self.ptrs = self.sizes = np.zeros(0, dtype=np.uint64)
+    def __init__(self, reader: PairReader):
+        self._attach(reader)
         self.sample_to_pages = SamplePages(reader)
-
-    def compile_reader(self):
-        raise NotImplementedError(
-            "PairProcessCacheManager has no allocation-table reader; use ffcv_pairs decoders"
-        )

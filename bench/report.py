@@ -159,8 +159,8 @@ def _memory(res: dict[str, Any]) -> list[str]:
         f"{cfg['world_size']} spawned ranks on the same data; sums over every process "
         "(ranks and their DataLoader workers), peaks while reading, MiB. The per-sample .pt "
         f"rows ran at least {cfg['memory_seconds']:g} s and until every rank had "
-        f"{cfg['memory_min_batches']} batch(es); a row marked *killed* was stopped at the time "
-        "box before that (its memory is a lower bound). The ffcv-pairs row is the 4-rank "
+        f"{cfg.get('memory_min_batches', 0)} batch(es); a row marked *killed* was stopped at "
+        "the time box before that (its memory is a lower bound). The ffcv-pairs row is the 4-rank "
         "contestant of the throughput table.",
         "",
         "| configuration | processes | USS Σ | PSS Σ | RSS Σ | samples/s |",

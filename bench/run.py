@@ -12,6 +12,7 @@ Run it (from the repository root, with the project's venv)::
 
     .venv/bin/python -m bench --quick --out /tmp/res --work /tmp/work --no-extras
     .venv/bin/python -m bench --n 32768 --shape 3,64,64 --dtype uint8 --rounds 5 --clean
+    .venv/bin/python -m bench --render bench/results/2026-11-30.json   # md/png again
 
 It generates the data (seeded) under ``--work`` (default ``bench/.work/``), runs
 the contestants interleaved in rounds, then the start-up, writer, memory and
@@ -74,6 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clean", action="store_true", help="remove the generated data afterwards")
     p.add_argument("--date", help="report name (default: today, YYYY-MM-DD)")
     p.add_argument("--setup-extras", action="store_true", help="create the extras' venvs, exit")
+    p.add_argument("--render", type=Path, help="re-write md/png from a results .json, exit")
     return p.parse_args(argv)
 
 
@@ -197,6 +199,22 @@ def _image_bytes(cfg: BenchConfig) -> int:
     return int(np.prod(cfg.shape)) * np.dtype(cfg.dtype).itemsize
 
 
+def _render(path: Path, out: Path | None) -> int:
+    """Re-write the report and charts of a finished run from its JSON (no measuring)."""
+    import json
+
+    from bench.charts import draw_charts
+    from bench.report import write_report
+    from bench.targets import evaluate_targets
+
+    res = json.loads(path.read_text())
+    res["targets"] = evaluate_targets(res)
+    out = out or path.parent
+    md = write_report(res, out, draw_charts(res, out))
+    sys.stdout.write(f"{md}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so that contestant processes are stopped.
@@ -204,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
     )
+    if args.render:
+        return _render(args.render, args.out)
     if args.setup_extras:
         from bench.extras import setup_extras
 

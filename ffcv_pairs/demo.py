@@ -154,6 +154,30 @@ def convert(pt_dir: Path, out_dir: Path, splits: list[str]) -> None:
     subprocess.run(cmd, check=True)
 
 
+def loader_speed(path: Path, epochs: int = 3) -> tuple[float, float]:
+    """The loader alone, with the demo's training augmentation: (pairs/s, MB/s) on this machine."""
+    import yaml
+
+    from .augment import PairAugment
+    from .loader import make_loader
+
+    data = yaml.safe_load((REPO / "configs" / "demo_cpu.yaml").read_text())["data"]
+    loader = make_loader(
+        path,
+        batch_size=data["batch_size"],
+        window_bytes=data["window_bytes"],
+        augment=PairAugment.from_dict(data["augment"]),
+    )
+    for _ in loader:  # warm the page cache
+        pass
+    t0, n = time.perf_counter(), 0
+    for _ in range(epochs):
+        for batch in loader:
+            n += len(batch[2])
+    rate = n / (time.perf_counter() - t0)
+    return rate, rate * 2 * loader.schema.a.nbytes / 1e6
+
+
 def train(out: Path, epochs: int, paired: bool) -> DemoResult:
     """Fit with the demo config through the same LightningCLI as ``ffcv_pairs.train``."""
     from .callbacks import LoaderMonitor
@@ -221,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     pt = build_pairs(args.out / "pt", {"train": args.train, "val": args.val})
     print(f"2/4 converting {pt} to .beton", flush=True)
     convert(pt, args.out / "beton", ["train", "val"])
+    rate, mbs = loader_speed(args.out / "beton" / "train.beton")
+    speed = f"loader alone (hflip + padded crop + jitter): {rate:,.0f} pairs/s, {mbs:,.0f} MB/s"
+    print(f"    {speed}", flush=True)
     runs = [True, False] if args.compare else [not args.independent]
     results = []
     for i, paired in enumerate(runs):
@@ -234,9 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         if i + 1 < len(runs):
             print()
     print(f"4/4 results ({time.perf_counter() - t0:.0f} s in all)")
+    print(f"    {speed}")
     for r in results:
         print("   ", _report(r))
     (args.out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    (args.out / "loader.json").write_text(json.dumps({"pairs_per_s": rate, "mb_per_s": mbs}))
     learned = [r for r in results if r.paired]
     if learned and learned[0].val_acc < TARGET_ACC:
         print(

@@ -108,31 +108,6 @@ def reverse_bytes(typingctx, dst, d0, src, s_last, n):  # pragma: no cover - JIT
     return sig, codegen
 
 
-@intrinsic
-def prefetch(typingctx, arr, start, n):  # pragma: no cover - JIT
-    """Hint the CPU to load ``arr[start:start+n]`` into cache (one hint per 64-byte line)."""
-    sig = types.void(arr, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        arr_v, start_v, n_v = args
-        a = context.make_array(signature.args[0])(context, builder, arr_v)
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-            "llvm.prefetch.p0i8",
-        )
-        base = builder.bitcast(builder.gep(a.data, [start_v]), i8p)
-        line = ir.Constant(ir.IntType(64), 64)
-        lines = builder.sdiv(builder.add(n_v, ir.Constant(ir.IntType(64), 63)), line)
-        with cgutils.for_range(builder, lines) as loop:
-            ptr = builder.gep(base, [builder.mul(loop.index, line)])
-            builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 @nb.njit(cache=True, nogil=True)
 def sample_key(seed, epoch, sample_id, op, tag):  # pragma: no cover - JIT
     """The random key of one (sample, op, field) in one epoch."""
@@ -371,10 +346,6 @@ def decode_pairs(
             copy_bytes(out_b[i].reshape(-1), 0, mm, pb, nb_)
             continue
         prm = np.empty(P_SIZE, dtype=np.float64)
-        if i + 1 < len(indices):  # the next sample streams in while this one is rearranged
-            nxt = rows[i + 1]
-            prefetch(mm, ptr_a[nxt], na)
-            prefetch(mm, ptr_b[nxt], nb_)
         for t in range(2):
             geo = geo_a if t == 0 else geo_b
             p = pa if t == 0 else pb

@@ -16,7 +16,7 @@ rejects a custom order.
 
 **Reused buffers.** Batches live in ``batches_ahead + 3`` reused buffer slots,
 so a consumer may hold the batch it is working on plus one more (Lightning
-prefetches one batch) while the next ones are prepared; a third batch kept
+prefetches one when a loader has no length) while the next ones are prepared; a third batch kept
 beyond that may be overwritten. Clone what you need to keep longer.
 """
 
@@ -26,7 +26,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from queue import Queue
 from typing import Any
 
@@ -460,11 +460,3 @@ def make_loader(
         **more,
     )
     return PairLoader(path, cfg)
-
-
-def config_dict(cfg: LoaderConfig) -> dict[str, Any]:
-    """``cfg`` as plain values (for logs and checkpoints)."""
-    d = asdict(cfg)
-    d.pop("indices", None)
-    d["augment"] = repr(cfg.augment) if cfg.augment is not None else None
-    return d

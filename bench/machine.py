@@ -6,6 +6,7 @@ import os
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -33,6 +34,29 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _git_commit() -> str:
+    """The repository's commit, with ``+changes`` if ``ffcv_pairs/`` differs from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "ffcv_pairs"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" +uncommitted changes in ffcv_pairs/" if dirty else "")
+
+
 def describe_machine() -> dict[str, Any]:
     import torch
 
@@ -48,6 +72,7 @@ def describe_machine() -> dict[str, Any]:
         "numba": _version("numba"),
         "ffcv": _version("ffcv"),
         "ffcv-pairs": _version("ffcv-pairs"),
+        "commit": _git_commit(),
     }
 
 

@@ -257,7 +257,7 @@ def _machine(res: dict[str, Any]) -> list[str]:
         f"- {m['cores']} cores ({m['cpu']}), {m['ram_gib']:.1f} GiB RAM, Linux {m['kernel']}, "
         f"CUDA: {'yes' if m['cuda'] else 'no'}",
         f"- python {m['python']}, torch {m['torch']}, numpy {m['numpy']}, numba {m['numba']}, "
-        f"ffcv {m['ffcv']}, ffcv-pairs {m['ffcv-pairs']}",
+        f"ffcv {m['ffcv']}, ffcv-pairs {m['ffcv-pairs']} (commit {m.get('commit', 'unknown')})",
     ]
     for name, e in ex.items():
         if e.get("version"):

@@ -6,6 +6,7 @@ then stream it with :func:`make_loader`.
 
 __version__ = "0.1.0"
 
+from . import _upstream  # noqa: F401  (first: imports ffcv without its import-time compile)
 from .augment import PairAugment
 from .loader import LoaderConfig, LoaderError, PairLoader, make_loader
 from .reader import BetonError, PairReader

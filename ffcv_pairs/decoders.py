@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numba as nb
 import numpy as np
 from ffcv.pipeline.allocation_query import AllocationQuery
+from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
@@ -115,7 +116,8 @@ class PairDecoder(Operation):
                 mm, ptrs_a, ptrs_b, rows = _slot_pointers(
                     indices, metadata, ptr_b, storage_state, shift
                 )
-            K.decode_pairs(
+            kernel = K.decode_pairs if Compiler.num_threads > 1 else K.decode_pairs_serial
+            kernel(
                 indices,
                 rows,
                 ptrs_a,

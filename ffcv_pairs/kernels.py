@@ -30,6 +30,7 @@ __all__ = [
     "OP_NOISE",
     "copy_bytes",
     "decode_pairs",
+    "decode_pairs_serial",
     "geometry_params",
     "photometric",
     "resized_crop",
@@ -322,6 +323,43 @@ def _geometry_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # pr
         _row_run(src, s_row, dst, d_row, run, base, step, pb)
 
 
+@nb.njit(cache=True, nogil=True)
+def _decode_sample(
+    i, indices, rows, ptr_a, ptr_b, mm, out_a, out_b, geo_a, geo_b, g, clock, fill_a, fill_b, prm
+):  # pragma: no cover - JIT
+    """Sample ``i`` of a batch: see :func:`decode_pairs`."""
+    pa, pb = ptr_a[rows[i]], ptr_b[rows[i]]
+    if g[G_IDENTITY] > 0:
+        copy_bytes(out_a[i].reshape(-1), 0, mm, pa, geo_a[0] * geo_a[1] * geo_a[2] * geo_a[3])
+        copy_bytes(out_b[i].reshape(-1), 0, mm, pb, geo_b[0] * geo_b[1] * geo_b[2] * geo_b[3])
+        return
+    mode = np.int64(g[G_PAD_MODE])
+    for t in range(2):
+        geo = geo_a if t == 0 else geo_b
+        p = pa if t == 0 else pb
+        out = out_a if t == 0 else out_b
+        fill = fill_a if t == 0 else fill_b
+        if t == 0 or not g[G_PAIRED]:
+            geometry_params(g, clock[0], clock[1], indices[i], t, geo[1], geo[2], prm)
+        plane_in = geo[1] * geo[2] * geo[3]
+        dst = out[i].reshape(-1)
+        plane_out = dst.shape[0] // geo[0]
+        oh, ow = out.shape[2], out.shape[3] // geo[3]
+        for plane in range(geo[0]):
+            _geometry_plane(
+                mm[p + plane * plane_in : p + (plane + 1) * plane_in],
+                dst[plane * plane_out : (plane + 1) * plane_out],
+                geo[1],
+                geo[2],
+                oh,
+                ow,
+                geo[3],
+                prm,
+                mode,
+                fill,
+            )
+
+
 @nb.njit(cache=True, parallel=True, nogil=True)
 def decode_pairs(
     indices, rows, ptr_a, ptr_b, mm, out_a, out_b, geo_a, geo_b, g, clock, fill_a, fill_b
@@ -333,44 +371,51 @@ def decode_pairs(
     ``(batch, planes, out_h, out_w * pixel_bytes)``; ``geo_x`` is
     ``(planes, height, width, pixel_bytes)`` of the stored image.
     """
-    seed, epoch = clock[0], clock[1]
-    identity = g[G_IDENTITY] > 0
-    na = geo_a[0] * geo_a[1] * geo_a[2] * geo_a[3]
-    nb_ = geo_b[0] * geo_b[1] * geo_b[2] * geo_b[3]
-    mode = np.int64(g[G_PAD_MODE])
     for i in nb.prange(len(indices)):
-        sid = indices[i]
-        pa, pb = ptr_a[rows[i]], ptr_b[rows[i]]
-        if identity:
-            copy_bytes(out_a[i].reshape(-1), 0, mm, pa, na)
-            copy_bytes(out_b[i].reshape(-1), 0, mm, pb, nb_)
-            continue
         prm = np.empty(P_SIZE, dtype=np.float64)
-        for t in range(2):
-            geo = geo_a if t == 0 else geo_b
-            p = pa if t == 0 else pb
-            out = out_a if t == 0 else out_b
-            fill = fill_a if t == 0 else fill_b
-            if t == 0 or not g[G_PAIRED]:
-                geometry_params(g, seed, epoch, sid, t, geo[1], geo[2], prm)
-            plane_in = geo[1] * geo[2] * geo[3]
-            dst = out[i].reshape(-1)
-            plane_out = dst.shape[0] // geo[0]
-            oh = out.shape[2]
-            ow = out.shape[3] // geo[3]
-            for plane in range(geo[0]):
-                _geometry_plane(
-                    mm[p + plane * plane_in : p + (plane + 1) * plane_in],
-                    dst[plane * plane_out : (plane + 1) * plane_out],
-                    geo[1],
-                    geo[2],
-                    oh,
-                    ow,
-                    geo[3],
-                    prm,
-                    mode,
-                    fill,
-                )
+        _decode_sample(
+            i,
+            indices,
+            rows,
+            ptr_a,
+            ptr_b,
+            mm,
+            out_a,
+            out_b,
+            geo_a,
+            geo_b,
+            g,
+            clock,
+            fill_a,
+            fill_b,
+            prm,
+        )
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_pairs_serial(
+    indices, rows, ptr_a, ptr_b, mm, out_a, out_b, geo_a, geo_b, g, clock, fill_a, fill_b
+):  # pragma: no cover - JIT
+    """:func:`decode_pairs` on one thread: no parallel runtime (about 45 MB a process)."""
+    prm = np.empty(P_SIZE, dtype=np.float64)
+    for i in range(len(indices)):
+        _decode_sample(
+            i,
+            indices,
+            rows,
+            ptr_a,
+            ptr_b,
+            mm,
+            out_a,
+            out_b,
+            geo_a,
+            geo_b,
+            g,
+            clock,
+            fill_a,
+            fill_b,
+            prm,
+        )
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

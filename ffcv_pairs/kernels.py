@@ -57,7 +57,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 @intrinsic
 def copy_bytes(typingctx, dst, d0, src, s0, n):  # pragma: no cover - JIT
-    """``dst[d0:d0+n] = src[s0:s0+n]`` for 1-d uint8 arrays, as one ``llvm.memcpy``.
+    """``dst[d0:d0+n] = src[s0:s0+n]`` for 1-d uint8 arrays (no overlap).
 
     Numba does not vectorise a forward byte loop, and a slice assignment costs
     more than the copy at 64-byte rows; an intrinsic is also cacheable (a ctypes
@@ -229,18 +229,6 @@ def _copy_pixel(src, s_row, sx, dst, d, pb, fill):  # pragma: no cover - JIT
             dst[d + b] = src[s + b]
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def _fill_pixels(dst, d, count, pb, fill):  # pragma: no cover - JIT
-    if pb == 1:
-        value = fill[0]
-        for k in range(count):
-            dst[d + k] = value
-        return
-    for px in range(count):
-        for b in range(pb):
-            dst[d + px * pb + b] = fill[b]
-
-
 @nb.njit(cache=True, nogil=True)
 def _transposed_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # pragma: no cover
     """rot90 by an odd k: rows become columns, so pixel by pixel."""
@@ -255,47 +243,28 @@ def _transposed_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # 
             _copy_pixel(src, s_row, sx, dst, (y * ow + x) * pb, pb, fill)
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
+@nb.njit(cache=True, nogil=True)
 def _row_ends(
-    src, s_row, dst, d_row, run, ow, base, step, width, pb, mode, fill
-):  # pragma: no cover
-    """The parts of a row outside the image: pixels [0, run[0]) and [run[1], ow)."""
-    xa, xb = run
-    if mode == PAD_CONSTANT:
-        _fill_pixels(dst, d_row, xa, pb, fill)
-        _fill_pixels(dst, d_row + xb * pb, ow - xb, pb, fill)
-        return
-    for x in range(xa):
-        _copy_pixel(
-            src, s_row, _border(base + step * x, width, mode), dst, d_row + x * pb, pb, fill
-        )
-    for x in range(xb, ow):
-        _copy_pixel(
-            src, s_row, _border(base + step * x, width, mode), dst, d_row + x * pb, pb, fill
-        )
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _row_run(src, s_row, dst, d_row, run, base, step, pb):  # pragma: no cover - JIT
-    """The in-image pixels of a row: one forward or reversed run."""
-    xa, xb = run
-    if xb <= xa:
-        return
-    if step > 0:
-        copy_bytes(dst, d_row + xa * pb, src, s_row + (base + xa) * pb, (xb - xa) * pb)
-    elif pb == 1:
-        reverse_bytes(dst, d_row + xa, src, s_row + base - xa, xb - xa)
-    else:
-        for x in range(xa, xb):
-            copy_bytes(dst, d_row + x * pb, src, s_row + (base - x) * pb, pb)
+    src, s_row, dst, d_row, xa, xb, ow, base, step, width, pb, mode, fill
+):  # pragma: no cover - JIT
+    """The padded ends of a row, [0, xa) and [xb, ow), pixel by pixel (any mode)."""
+    for j in range(xa + ow - xb):
+        x = j if j < xa else xb + j - xa
+        sx = _border(base + step * x, width, mode)
+        d = d_row + x * pb
+        for b in range(pb):
+            dst[d + b] = fill[b] if sx < 0 else src[s_row + sx * pb + b]
 
 
 @nb.njit(cache=True, nogil=True)
-def _geometry_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # pragma: no cover
+def _geometry_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # noqa: C901
     """One plane, flat bytes: crop/pad/translate + flips + rot90, whole pixels of ``pb`` bytes.
 
     Rows that stay rows are copied as runs (``copy_bytes`` / ``reverse_bytes``);
-    only the padded ends of a row, and rot90 by an odd k, go pixel by pixel.
+    only the padded ends of a row, and rot90 by an odd k, go pixel by pixel. In
+    the common case (constant padding, CHW bytes) the row loop calls no helper
+    that takes an array: each such call costs atomic reference-count updates,
+    which at 64-byte rows cost more than the copy itself.
     """
     fh, fv, rot = prm[P_HFLIP] > 0, prm[P_VFLIP] > 0, np.int64(prm[P_ROT])
     if rot == 1 or rot == 3:
@@ -310,17 +279,41 @@ def _geometry_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # pr
     else:
         xa, xb = max(0, base - width + 1), min(ow, base + 1)
     xa = min(xa, ow)
-    run = (xa, max(xa, xb))
+    xb = max(xa, xb)
     flip_rows = (rot == 2) != fv
+    s_stride, d_stride = width * pb, ow * pb
+    fill0 = fill[0]
     for y in range(oh):
         sy = _border(y0 + (oh - 1 - y if flip_rows else y), height, mode)
-        d_row = y * ow * pb
-        if sy < 0:
-            _fill_pixels(dst, d_row, ow, pb, fill)
+        d_row = y * d_stride
+        if sy < 0:  # the whole row is padding
+            if pb == 1:
+                for k in range(d_stride):
+                    dst[d_row + k] = fill0
+            else:
+                for k in range(d_stride):
+                    dst[d_row + k] = fill[k % pb]
             continue
-        s_row = sy * width * pb
-        _row_ends(src, s_row, dst, d_row, run, ow, base, step, width, pb, mode, fill)
-        _row_run(src, s_row, dst, d_row, run, base, step, pb)
+        s_row = sy * s_stride
+        # The padded ends of the row: [0, xa) and [xb, ow).
+        if mode == PAD_CONSTANT and pb == 1:
+            for x in range(xa):
+                dst[d_row + x] = fill0
+            for x in range(xb, ow):
+                dst[d_row + x] = fill0
+        else:
+            _row_ends(src, s_row, dst, d_row, xa, xb, ow, base, step, width, pb, mode, fill)
+        if xb <= xa:
+            continue
+        if step > 0:
+            copy_bytes(dst, d_row + xa * pb, src, s_row + (base + xa) * pb, (xb - xa) * pb)
+        elif pb == 1:
+            reverse_bytes(dst, d_row + xa, src, s_row + base - xa, xb - xa)
+        else:
+            for x in range(xa, xb):
+                s, d = s_row + (base - x) * pb, d_row + x * pb
+                for b in range(pb):
+                    dst[d + b] = src[s + b]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -336,18 +329,19 @@ def _decode_sample(
     mode = np.int64(g[G_PAD_MODE])
     for t in range(2):
         geo = geo_a if t == 0 else geo_b
-        p = pa if t == 0 else pb
         out = out_a if t == 0 else out_b
         fill = fill_a if t == 0 else fill_b
         if t == 0 or not g[G_PAIRED]:
             geometry_params(g, clock[0], clock[1], indices[i], t, geo[1], geo[2], prm)
         plane_in = geo[1] * geo[2] * geo[3]
+        start = pa if t == 0 else pb
         dst = out[i].reshape(-1)
         plane_out = dst.shape[0] // geo[0]
         oh, ow = out.shape[2], out.shape[3] // geo[3]
         for plane in range(geo[0]):
+            src = mm[start + plane * plane_in : start + (plane + 1) * plane_in]
             _geometry_plane(
-                mm[p + plane * plane_in : p + (plane + 1) * plane_in],
+                src,
                 dst[plane * plane_out : (plane + 1) * plane_out],
                 geo[1],
                 geo[2],

@@ -1,8 +1,13 @@
-"""Memory of a process tree, sampled from outside: RSS, USS, PSS and peak RSS.
+r"""Memory of a process tree, sampled from outside: RSS, USS, PSS and peak RSS.
 
 USS and PSS come from psutil's ``memory_full_info()`` (``/proc/PID/smaps_rollup``).
 Sums are over the process and all its descendants (DataLoader workers,
 simulated ranks); peaks are the largest sums seen while sampling.
+
+``pss_own`` leaves out the PSS of memory-mapped dataset files (``.beton``,
+``.npy``, ``.bin``, ``.mds``, ``.pt``): those pages are the OS page cache, shared
+by every process on the node and reclaimable, and a loader that ``read()``\ s its
+files holds the same pages without them showing in its PSS at all.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import psutil
 __all__ = ["MemoryPeaks", "TreeSampler", "snapshot", "vm_hwm"]
 
 MB = 1 << 20
+DATA_SUFFIXES = (".beton", ".npy", ".bin", ".mds", ".pt")
 
 
 def vm_hwm(pid: int) -> int:
@@ -37,11 +43,12 @@ class MemoryPeaks:
     rss: int = 0
     uss: int = 0
     pss: int = 0
+    pss_own: int = 0
     hwm: int = 0
     procs: int = 0
 
     def update(self, other: MemoryPeaks) -> None:
-        for k in ("rss", "uss", "pss", "hwm", "procs"):
+        for k in ("rss", "uss", "pss", "pss_own", "hwm", "procs"):
             setattr(self, k, max(getattr(self, k), getattr(other, k)))
 
     def to_mb(self) -> dict[str, Any]:
@@ -64,9 +71,18 @@ def snapshot(pid: int) -> MemoryPeaks:
         out.rss += info.rss
         out.uss += info.uss
         out.pss += getattr(info, "pss", 0)
+        out.pss_own += getattr(info, "pss", 0) - _data_pss(p)
         out.hwm = max(out.hwm, vm_hwm(p.pid))
         out.procs += 1
     return out
+
+
+def _data_pss(proc: psutil.Process) -> int:
+    """PSS of the dataset files ``proc`` maps (page cache, see the module docstring)."""
+    try:
+        return sum(m.pss for m in proc.memory_maps(grouped=True) if m.path.endswith(DATA_SUFFIXES))
+    except (psutil.Error, AttributeError):
+        return 0
 
 
 class TreeSampler:

@@ -9,8 +9,8 @@ import numpy  # noqa: F401
 import psutil  # noqa: F401
 import torch
 import torch.utils.data  # noqa: F401
-from ffcv.loader import Loader  # noqa: F401
 
-import ffcv_pairs  # noqa: F401
+import ffcv_pairs  # noqa: F401  (first: it imports ffcv without ffcv's import-time compile)
+from ffcv.loader import Loader  # noqa: F401
 
 __all__: list[str] = []

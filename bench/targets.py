@@ -89,13 +89,16 @@ def _memory_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     pt = mem.get("pt_ranks_w4", {}).get("memory_mb", {})
     ours = mem.get("ours_4ranks", {}).get("memory_mb", {})
     t = _target(
-        "total memory, 4 ranks x 4 DataLoader workers vs 4 ranks of ffcv-pairs (PSS sum)",
-        _ratio(pt.get("pss"), ours.get("pss")),
+        "total memory, 4 ranks x 4 DataLoader workers vs 4 ranks of ffcv-pairs "
+        "(PSS sum, not counting mapped dataset pages: shared page cache)",
+        _ratio(pt.get("pss_own"), ours.get("pss_own")),
         3,
         "x lower",
     )
+    pss = _ratio(pt.get("pss"), ours.get("pss"))
     uss = _ratio(pt.get("uss"), ours.get("uss"))
-    t["note"] = f"USS sum ratio {uss:.2f}x" if uss else ""
+    if pss and uss:
+        t["note"] = f"with the mapped page cache counted: PSS {pss:.2f}x, USS {uss:.2f}x"
     return [t]
 
 

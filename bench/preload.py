@@ -10,7 +10,10 @@ import psutil  # noqa: F401
 import torch
 import torch.utils.data  # noqa: F401
 
-import ffcv_pairs  # noqa: F401  (first: it imports ffcv without ffcv's import-time compile)
+# ffcv_pairs first: it imports ffcv without ffcv's import-time numba compile.
+import ffcv_pairs  # noqa: F401
+
+# isort: split
 from ffcv.loader import Loader  # noqa: F401
 
 __all__: list[str] = []

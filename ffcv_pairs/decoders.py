@@ -72,7 +72,7 @@ class PairDecoder(Operation):
         ptr_b: Data pointers of field B (A's arrive as the decoder's metadata).
         augment: Geometry to apply on the way, or None.
         clock: ``[seed, epoch]``, updated by the loader before each epoch.
-        page_size: The file's page size (to find pages in the process cache).
+        page_shift: ``log2`` of the file's page size (to find pages in the process cache).
     """
 
     def __init__(
@@ -81,7 +81,7 @@ class PairDecoder(Operation):
         ptr_b: np.ndarray,
         augment: PairAugment | None,
         clock: np.ndarray,
-        page_size: int,
+        page_shift: np.uint64,
     ):
         super().__init__()
         layouts = augment.layouts(schema) if augment is not None else {}
@@ -96,7 +96,7 @@ class PairDecoder(Operation):
             self.g = np.zeros(K.G_SIZE, dtype=np.float64)
             self.g[K.G_IDENTITY] = 1.0
         self.ptr_b, self.clock = ptr_b, clock
-        self.page_shift = np.uint64(int(page_size).bit_length() - 1)
+        self.page_shift = page_shift
 
     def declare_state_and_memory(self, previous_state: State):
         a = self.plans[0]

@@ -247,7 +247,7 @@ class PairLoader:
         if self.device.type != "cpu":
             to_device = [ToDevice(self.device, non_blocking=True)]
         b_ptrs = self.reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
-        decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock, int(self.reader.page_size))
+        decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock, self.reader.page_shift)
         specs: dict[str, PipelineSpec] = {}
         for index, name in enumerate(PairSchema.IMAGE_FIELDS):
             plan = decoder.plans[index]

@@ -41,7 +41,7 @@ class PageIndex:
     @classmethod
     def build(cls, reader: PairReader, indices: np.ndarray | None = None) -> PageIndex:
         ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[0])
-        shift = np.uint64(int(reader.page_size).bit_length() - 1)
+        shift = reader.page_shift
         if indices is None:
             samples = np.arange(reader.num_samples, dtype=np.int64)
             page_of = np.asarray(ptrs) >> shift
@@ -74,9 +74,7 @@ class PageIndex:
     def page_lookup(self, reader: PairReader, ids: np.ndarray) -> np.ndarray:
         """Page number of each sample id in ``ids``."""
         ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[0])
-        return (
-            np.asarray(ptrs[np.asarray(ids)]) >> np.uint64(int(reader.page_size).bit_length() - 1)
-        ).astype(np.int64)
+        return (np.asarray(ptrs[np.asarray(ids)]) >> reader.page_shift).astype(np.int64)
 
 
 class _ByPointer:
@@ -118,7 +116,7 @@ class SamplePages:
     """
 
     def __init__(self, reader: PairReader):
-        self.shift = np.uint64(int(reader.page_size).bit_length() - 1)
+        self.shift = reader.page_shift
         self.ptrs = [reader.image_pointers(name) for name in PairSchema.IMAGE_FIELDS]
 
     def __getitem__(self, sample_id: int) -> set[int]:

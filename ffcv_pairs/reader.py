@@ -123,6 +123,11 @@ class PairReader(Reader):
         )
 
     @property
+    def page_shift(self) -> np.uint64:
+        """``log2(page_size)``: a pointer's page is ``ptr >> page_shift``."""
+        return np.uint64(int(self.page_size).bit_length() - 1)
+
+    @property
     def metadata_offset(self) -> int:
         """Byte offset of the metadata table."""
         return HeaderType.itemsize + self.field_descriptors.nbytes

@@ -31,6 +31,7 @@ __all__ = [
     "copy_bytes",
     "decode_pairs",
     "decode_pairs_serial",
+    "fill_bytes",
     "geometry_params",
     "photometric",
     "resized_crop",
@@ -55,55 +56,107 @@ P_SIZE = 7
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@intrinsic
-def copy_bytes(typingctx, dst, d0, src, s0, n):  # pragma: no cover - JIT
-    """``dst[d0:d0+n] = src[s0:s0+n]`` for 1-d uint8 arrays (no overlap).
+_VECTORS = (64, 32, 16)  # vector widths for row copies, widest first (LLVM splits them
+# into what the CPU has: one AVX-512 move per 64-byte row, four SSE moves without it)
+_LARGE = 256  # longer runs go to the C library's memcpy
 
-    Numba does not vectorise a forward byte loop, and a slice assignment costs
-    more than the copy at 64-byte rows; an intrinsic is also cacheable (a ctypes
-    ``memcpy`` is not).
+
+def _move(builder, dptr, sptr, k, width, reverse):
+    """One vector: ``dst[k : k+width] = src[k : k+width]``, or with ``reverse``
+    ``dst[k + j] = src[-(k + j)]`` (``sptr`` then points at the last source byte)."""
+    i64, vec = ir.IntType(64), ir.VectorType(ir.IntType(8), width)
+    if reverse:
+        src = builder.gep(sptr, [builder.sub(ir.Constant(i64, 1 - width), k)])
+    else:
+        src = builder.gep(sptr, [k])
+    value = builder.load(builder.bitcast(src, vec.as_pointer()), align=1)
+    if reverse:
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), width), list(range(width - 1, -1, -1)))
+        value = builder.shuffle_vector(value, ir.Constant(vec, None), mask)
+    builder.store(value, builder.bitcast(builder.gep(dptr, [k]), vec.as_pointer()), align=1)
+
+
+def _vector_run(builder, dptr, sptr, n, reverse, widths=_VECTORS):
+    """Emit ``dst[k] = src[k]`` (or ``src[-k]``) for ``k < n``, with no byte loop above 16.
+
+    ``n >= widths[0]``: whole vectors, then one that overlaps the previous; a shorter
+    run takes two overlapping vectors of the widest width that fits; below the
+    narrowest, a byte loop.
     """
-    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+    i64 = ir.IntType(64)
+    if not widths:
+        with cgutils.for_range(builder, n) as loop:
+            k = builder.neg(loop.index) if reverse else loop.index
+            builder.store(builder.load(builder.gep(sptr, [k])), builder.gep(dptr, [loop.index]))
+        return
+    width = ir.Constant(i64, widths[0])
+    fits = builder.icmp_signed(">=", n, width)
+    with builder.if_else(fits) as (then, otherwise):
+        with then:
+            if widths is _VECTORS:  # the widest: a loop
+                with cgutils.for_range(builder, builder.sdiv(n, width)) as loop:
+                    _move(builder, dptr, sptr, builder.mul(loop.index, width), widths[0], reverse)
+                rem = builder.srem(n, width)
+                with builder.if_then(builder.icmp_signed("!=", rem, ir.Constant(i64, 0))):
+                    _move(builder, dptr, sptr, builder.sub(n, width), widths[0], reverse)
+            else:  # n < 2 * width here
+                _move(builder, dptr, sptr, ir.Constant(i64, 0), widths[0], reverse)
+                _move(builder, dptr, sptr, builder.sub(n, width), widths[0], reverse)
+        with otherwise:
+            _vector_run(builder, dptr, sptr, n, reverse, widths[1:])
 
+
+def _run_codegen(reverse):
     def codegen(context, builder, signature, args):
         dst_v, d0_v, src_v, s0_v, n_v = args
         d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
         s_arr = context.make_array(signature.args[2])(context, builder, src_v)
-        cgutils.raw_memcpy(
-            builder, builder.gep(d_arr.data, [d0_v]), builder.gep(s_arr.data, [s0_v]), n_v, 1
-        )
+        dptr = builder.gep(d_arr.data, [d0_v])
+        sptr = builder.gep(s_arr.data, [s0_v])
+        if reverse:
+            _vector_run(builder, dptr, sptr, n_v, True)
+        else:
+            large = builder.icmp_signed(">", n_v, ir.Constant(ir.IntType(64), _LARGE))
+            with builder.if_else(large) as (big, small):
+                with big:
+                    cgutils.raw_memcpy(builder, dptr, sptr, n_v, 1)
+                with small:
+                    _vector_run(builder, dptr, sptr, n_v, False)
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
+
+
+@intrinsic
+def copy_bytes(typingctx, dst, d0, src, s0, n):  # pragma: no cover - JIT
+    """``dst[d0:d0+n] = src[s0:s0+n]`` for 1-d uint8 arrays (no overlap).
+
+    Inline vector moves for row-sized runs (a call to ``memcpy``, or a
+    slice assignment, costs more than the copy at 64-byte rows; numba does not
+    vectorise a byte loop), ``memcpy`` for long ones. An intrinsic is also
+    cacheable (a ctypes ``memcpy`` is not).
+    """
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+    return sig, _run_codegen(reverse=False)
 
 
 @intrinsic
 def reverse_bytes(typingctx, dst, d0, src, s_last, n):  # pragma: no cover - JIT
-    """``dst[d0 + k] = src[s_last - k]`` for ``k < n``: 8 bytes at a time with ``bswap``."""
+    """``dst[d0 + k] = src[s_last - k]`` for ``k < n``: a vector at a time (a byte shuffle)."""
     sig = types.void(dst, types.intp, src, types.intp, types.intp)
+    return sig, _run_codegen(reverse=True)
+
+
+@intrinsic
+def fill_bytes(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
+    """``dst[d0:d0+n] = value`` for a 1-d uint8 array (``memset``: a numba byte loop with
+    computed indices is not vectorised)."""
+    sig = types.void(dst, types.intp, types.uint8, types.intp)
 
     def codegen(context, builder, signature, args):
-        dst_v, d0_v, src_v, s_last, n_v = args
+        dst_v, d0_v, value_v, n_v = args
         d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
-        s_arr = context.make_array(signature.args[2])(context, builder, src_v)
-        i64 = ir.IntType(64)
-        dptr = builder.gep(d_arr.data, [d0_v])
-        sptr = builder.gep(s_arr.data, [s_last])
-        eight = ir.Constant(i64, 8)
-        words = builder.sdiv(n_v, eight)
-        with cgutils.for_range(builder, words) as loop:
-            k = builder.mul(loop.index, eight)
-            src_word = builder.gep(sptr, [builder.sub(ir.Constant(i64, -7), k)])
-            value = builder.load(builder.bitcast(src_word, i64.as_pointer()), align=1)
-            builder.store(
-                builder.bswap(value),
-                builder.bitcast(builder.gep(dptr, [k]), i64.as_pointer()),
-                align=1,
-            )
-        done = builder.mul(words, eight)
-        with cgutils.for_range(builder, builder.sub(n_v, done)) as loop:
-            k = builder.add(done, loop.index)
-            builder.store(builder.load(builder.gep(sptr, [builder.neg(k)])), builder.gep(dptr, [k]))
+        cgutils.memset(builder, builder.gep(d_arr.data, [d0_v]), n_v, value_v)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -230,7 +283,7 @@ def _copy_pixel(src, s_row, sx, dst, d, pb, fill):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _transposed_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # pragma: no cover
+def _transposed_plane(src, s0, dst, d0, height, width, oh, ow, pb, prm, mode, fill):
     """rot90 by an odd k: rows become columns, so pixel by pixel."""
     fh, fv, rot = prm[P_HFLIP] > 0, prm[P_VFLIP] > 0, np.int64(prm[P_ROT])
     y0, x0 = np.int64(prm[P_Y0]), np.int64(prm[P_X0])
@@ -239,8 +292,8 @@ def _transposed_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # 
             ry, rx = _inverse(y, x, oh, ow, rot, fv, fh)
             sy = _border(y0 + ry, height, mode)
             sx = _border(x0 + rx, width, mode)
-            s_row = sy * width * pb if sy >= 0 else -1
-            _copy_pixel(src, s_row, sx, dst, (y * ow + x) * pb, pb, fill)
+            s_row = s0 + sy * width * pb if sy >= 0 else -1
+            _copy_pixel(src, s_row, sx, dst, d0 + (y * ow + x) * pb, pb, fill)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -257,18 +310,52 @@ def _row_ends(
 
 
 @nb.njit(cache=True, nogil=True)
-def _geometry_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # noqa: C901
-    """One plane, flat bytes: crop/pad/translate + flips + rot90, whole pixels of ``pb`` bytes.
+def _constant_plane(src, s0, dst, d0, height, oh, ow, pb, y0, flip_rows, runs, fill):
+    """The common case of :func:`_geometry_plane`: constant padding, runs that need no
+    per-pixel work. Padding is filled in one pass over the plane (when there is any),
+    then each in-image row is one run: no per-row branches besides the copy.
 
-    Rows that stay rows are copied as runs (``copy_bytes`` / ``reverse_bytes``);
-    only the padded ends of a row, and rot90 by an odd k, go pixel by pixel. In
-    the common case (constant padding, CHW bytes) the row loop calls no helper
-    that takes an array: each such call costs atomic reference-count updates,
-    which at 64-byte rows cost more than the copy itself.
+    ``runs`` = ``(xa, xb, base, step, s_stride)``; see :func:`_geometry_plane`.
+    """
+    xa, xb, base, step, s_stride = runs[0], runs[1], runs[2], runs[3], runs[4]
+    d_stride = ow * pb
+    # Output rows y whose source row (y0 + y, or y0 + oh - 1 - y) is inside the image.
+    if flip_rows:
+        ya, yb = max(0, y0 + oh - height), min(oh, y0 + oh)
+    else:
+        ya, yb = max(0, -y0), min(oh, height - y0)
+    if ya > 0 or yb < oh or xa > 0 or xb < ow:
+        if pb == 1:
+            fill_bytes(dst, d0, fill[0], oh * d_stride)
+        else:
+            for k in range(oh * ow):
+                for c in range(pb):
+                    dst[d0 + k * pb + c] = fill[c]
+    n = (xb - xa) * pb
+    if n <= 0:
+        return
+    for y in range(ya, yb):
+        sy = y0 + (oh - 1 - y if flip_rows else y)
+        s_row, d = s0 + sy * s_stride, d0 + y * d_stride + xa * pb
+        if step > 0:
+            copy_bytes(dst, d, src, s_row + (base + xa) * pb, n)
+        else:
+            reverse_bytes(dst, d, src, s_row + base - xa, n)
+
+
+@nb.njit(cache=True, nogil=True)
+def _geometry_plane(src, s0, dst, d0, height, width, oh, ow, pb, prm, mode, fill):
+    """One plane, flat bytes from ``src[s0:]`` to ``dst[d0:]``: crop/pad/translate + flips +
+    rot90, whole pixels of ``pb`` bytes. Offsets, not slices: a slice is a new array.
+
+    Rows that stay rows are copied as runs (``copy_bytes`` / ``reverse_bytes``,
+    inline vector moves); constant padding with byte pixels, or any pixels
+    unflipped, takes :func:`_constant_plane`. Reflect/edge padding fills the ends
+    of each row pixel by pixel; rot90 by an odd k goes pixel by pixel.
     """
     fh, fv, rot = prm[P_HFLIP] > 0, prm[P_VFLIP] > 0, np.int64(prm[P_ROT])
     if rot == 1 or rot == 3:
-        _transposed_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill)
+        _transposed_plane(src, s0, dst, d0, height, width, oh, ow, pb, prm, mode, fill)
         return
     y0, x0 = np.int64(prm[P_Y0]), np.int64(prm[P_X0])
     # Source x = base + step * x: the in-image part [xa, xb) of every row is one run.
@@ -282,38 +369,26 @@ def _geometry_plane(src, dst, height, width, oh, ow, pb, prm, mode, fill):  # no
     xb = max(xa, xb)
     flip_rows = (rot == 2) != fv
     s_stride, d_stride = width * pb, ow * pb
-    fill0 = fill[0]
+    if mode == PAD_CONSTANT and (pb == 1 or step > 0):
+        runs = (xa, xb, base, step, s_stride)
+        _constant_plane(src, s0, dst, d0, height, oh, ow, pb, y0, flip_rows, runs, fill)
+        return
     for y in range(oh):
         sy = _border(y0 + (oh - 1 - y if flip_rows else y), height, mode)
-        d_row = y * d_stride
+        d_row = d0 + y * d_stride
         if sy < 0:  # the whole row is padding
-            if pb == 1:
-                for k in range(d_stride):
-                    dst[d_row + k] = fill0
-            else:
-                for k in range(d_stride):
-                    dst[d_row + k] = fill[k % pb]
+            for k in range(d_stride):
+                dst[d_row + k] = fill[k % pb]
             continue
-        s_row = sy * s_stride
-        # The padded ends of the row: [0, xa) and [xb, ow).
-        if mode == PAD_CONSTANT and pb == 1:
-            for x in range(xa):
-                dst[d_row + x] = fill0
-            for x in range(xb, ow):
-                dst[d_row + x] = fill0
-        else:
-            _row_ends(src, s_row, dst, d_row, xa, xb, ow, base, step, width, pb, mode, fill)
-        if xb <= xa:
-            continue
+        s_row = s0 + sy * s_stride
+        _row_ends(src, s_row, dst, d_row, xa, xb, ow, base, step, width, pb, mode, fill)
         if step > 0:
             copy_bytes(dst, d_row + xa * pb, src, s_row + (base + xa) * pb, (xb - xa) * pb)
-        elif pb == 1:
-            reverse_bytes(dst, d_row + xa, src, s_row + base - xa, xb - xa)
-        else:
+        else:  # pixels of several bytes, reversed
             for x in range(xa, xb):
                 s, d = s_row + (base - x) * pb, d_row + x * pb
-                for b in range(pb):
-                    dst[d + b] = src[s + b]
+                for c in range(pb):
+                    dst[d + c] = src[s + c]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -339,10 +414,11 @@ def _decode_sample(
         plane_out = dst.shape[0] // geo[0]
         oh, ow = out.shape[2], out.shape[3] // geo[3]
         for plane in range(geo[0]):
-            src = mm[start + plane * plane_in : start + (plane + 1) * plane_in]
             _geometry_plane(
-                src,
-                dst[plane * plane_out : (plane + 1) * plane_out],
+                mm,
+                start + plane * plane_in,
+                dst,
+                plane * plane_out,
                 geo[1],
                 geo[2],
                 oh,

@@ -2,7 +2,9 @@ r"""Memory of a process tree, sampled from outside: RSS, USS, PSS and peak RSS.
 
 USS and PSS come from psutil's ``memory_full_info()`` (``/proc/PID/smaps_rollup``).
 Sums are over the process and all its descendants (DataLoader workers,
-simulated ranks); peaks are the largest sums seen while sampling.
+simulated ranks); peaks are the largest sums seen while sampling. For a group of
+simulated ranks the process that spawned them is left out (``include_root=False``):
+it is the benchmark's harness, holding its preloaded imports, not a rank.
 
 ``pss_own`` leaves out the PSS of memory-mapped dataset files (``.beton``,
 ``.npy``, ``.bin``, ``.mds``, ``.pt``): those pages are the OS page cache, shared
@@ -55,12 +57,13 @@ class MemoryPeaks:
         return {k: (v / MB if k != "procs" else v) for k, v in asdict(self).items()}
 
 
-def snapshot(pid: int) -> MemoryPeaks:
-    """Sums of RSS, USS and PSS over ``pid`` and its descendants, right now."""
+def snapshot(pid: int, include_root: bool = True) -> MemoryPeaks:
+    """Sums of RSS, USS and PSS over ``pid`` (unless not ``include_root``) and its
+    descendants, right now."""
     out = MemoryPeaks()
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        procs = [*([root] if include_root else []), *root.children(recursive=True)]
     except psutil.Error:
         return out
     for p in procs:
@@ -88,15 +91,15 @@ def _data_pss(proc: psutil.Process) -> int:
 class TreeSampler:
     """``with TreeSampler(pid) as s: ...`` samples the tree every ``interval`` seconds."""
 
-    def __init__(self, pid: int, interval: float = 0.25):
-        self.pid, self.interval = pid, interval
+    def __init__(self, pid: int, interval: float = 0.25, include_root: bool = True):
+        self.pid, self.interval, self.include_root = pid, interval, include_root
         self.peaks = MemoryPeaks()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         while True:
-            self.peaks.update(snapshot(self.pid))
+            self.peaks.update(snapshot(self.pid, self.include_root))
             if self._stop.wait(self.interval):
                 return
 
@@ -107,4 +110,4 @@ class TreeSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peaks.update(snapshot(self.pid))
+        self.peaks.update(snapshot(self.pid, self.include_root))

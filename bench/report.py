@@ -156,8 +156,9 @@ def _memory(res: dict[str, Any]) -> list[str]:
     out = [
         "## c. Total memory of simulated ranks",
         "",
-        f"{cfg['world_size']} spawned ranks on the same data; sums over every process "
-        "(ranks and their DataLoader workers), peaks while reading, MiB. The per-sample .pt "
+        f"{cfg['world_size']} spawned ranks on the same data; sums over every rank and its "
+        "DataLoader workers (not the benchmark process that spawned the ranks: the same for "
+        "every row), peaks while reading, MiB. The per-sample .pt "
         f"rows ran at least {cfg['memory_seconds']:g} s and until every rank had "
         f"{cfg.get('memory_min_batches', 0)} batch(es); a row marked *killed* was stopped at "
         "the time box before that (its memory is a lower bound). The ffcv-pairs row is the 4-rank "

@@ -84,6 +84,8 @@ class Runner:
 
     def __init__(self, key: str, cfg: BenchConfig, paths: DataPaths, log_file: Path):
         self.key = key
+        # A group of simulated ranks: count the ranks, not the harness that spawned them.
+        self.include_root = not (key == "ours_4ranks" or key.startswith("pt_ranks_w"))
         self._lines: queue.Queue[str] = queue.Queue()
         if key in EXTRAS:
             self._err = open(log_file, "a")  # noqa: SIM115 - closed in stop()
@@ -105,7 +107,7 @@ class Runner:
             child.close()
             self.pid = self._proc.pid
         self.ready = self._receive(900.0)  # imports done (extras: their format written)
-        self.baseline = snapshot(self.pid)
+        self.baseline = snapshot(self.pid, self.include_root)
         self.peaks = MemoryPeaks()
 
     def _pump(self) -> None:
@@ -139,7 +141,7 @@ class Runner:
 
     def request(self, msg: dict[str, Any], timeout: float = 900.0) -> dict[str, Any]:
         """Send ``msg``; returns the answer with ``memory`` (this request's peaks, bytes)."""
-        with TreeSampler(self.pid) as sampler:
+        with TreeSampler(self.pid, include_root=self.include_root) as sampler:
             self._send(msg)
             answer = self._receive(timeout)
         self.peaks.update(sampler.peaks)

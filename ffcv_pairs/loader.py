@@ -17,7 +17,10 @@ rejects a custom order.
 **Reused buffers.** Batches live in ``batches_ahead + 3`` reused buffer slots,
 so a consumer may hold the batch it is working on plus one more (Lightning
 prefetches one when a loader has no length) while the next ones are prepared; a third batch kept
-beyond that may be overwritten. Clone what you need to keep longer.
+beyond that may be overwritten. Clone what you need to keep longer. The slots are
+allocated once per loader and the slot sequence runs on across epochs (upstream
+allocates a fresh set every epoch: with two sets alive at an epoch boundary and
+the freed one kept by the C heap, a rank's memory grows by about one set).
 """
 
 from __future__ import annotations
@@ -127,16 +130,45 @@ def _resolve_device(device: str | None) -> torch.device:
     return torch.device(device)
 
 
+class _PairGraph(Graph):
+    """Upstream's pipeline graph, with its batch buffers allocated once per loader.
+
+    :meth:`allocate_memory` (called by every epoch's iterator) hands out the same
+    buffers again, unless the iterator that last used them is still running (an
+    epoch abandoned half way): then it allocates a fresh set, as upstream does.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.buffers: Any = None
+        self.buffers_key: tuple[int, int] | None = None
+        self.owner: _PairEpochIterator | None = None
+
+    def allocate_memory(self, batch_size: int, batches_ahead: int) -> Any:
+        key = (batch_size, batches_ahead)
+        busy = self.owner is not None and not self.owner.finished
+        if self.buffers is None or self.buffers_key != key or busy:
+            self.buffers, self.buffers_key = super().allocate_memory(batch_size, batches_ahead), key
+        return self.buffers
+
+
 class _PairEpochIterator(EpochIterator):
     """Upstream's epoch thread with a shorter queue (so the consumer may hold two
-    batches) and with pipeline errors raised in the consumer instead of a hang."""
+    batches), pipeline errors raised in the consumer instead of a hang, and the
+    buffer slots continuing where the previous epoch stopped."""
 
     def __init__(self, engine: _Engine, order: np.ndarray, queue_size: int):
         self.error: BaseException | None = None
+        self.finished = False
         self._deferred = True
         super().__init__(engine, order)
         self.output_queue: Queue[Any] = Queue(queue_size)
         self._deferred = False
+        if engine.graph.owner is None or engine.graph.owner.finished:
+            self.current_batch_slot = engine.next_slot
+        if torch.cuda.is_available():  # the last epoch's device buffers may still be read
+            torch.cuda.current_stream().synchronize()
+        engine.graph.owner = self
         self.start()
 
     def start(self) -> None:
@@ -149,6 +181,8 @@ class _PairEpochIterator(EpochIterator):
         except BaseException as e:
             self.error = e
             self.output_queue.put(None)
+        self.loader.next_slot = self.current_batch_slot
+        self.finished = True
 
     def __next__(self):
         try:
@@ -169,14 +203,15 @@ class _Engine:
     num_workers: int
     memory_manager: PairOSCacheManager | PairProcessCacheManager
     traversal_order: PairTraversalOrder
-    graph: Graph
+    graph: _PairGraph
     code: Any = None
+    next_slot: int = 0
 
 
-def _build_graph(reader: PairReader, specs: dict[str, PipelineSpec]) -> tuple[Graph, Any]:
+def _build_graph(reader: PairReader, specs: dict[str, PipelineSpec]) -> tuple[_PairGraph, Any]:
     field_ix = {name: i for i, name in enumerate(reader.handlers)}
     # memory_read is None: our decoders read through the metadata pointers.
-    graph = Graph(specs, reader.handlers, field_ix, reader.metadata, None)
+    graph = _PairGraph(specs, reader.handlers, field_ix, reader.metadata, None)
     # Our ops return thin Python wrappers around cached @njit kernels: keep FFCV
     # from wrapping them in a fresh njit, which would recompile on every loader.
     enabled = Compiler.is_enabled

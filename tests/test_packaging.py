@@ -44,3 +44,36 @@ def test_readme_names_the_two_commands() -> None:
     readme = (REPO / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
     assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+UPSTREAM_IMPORT = """
+import sys
+import numba.typed
+import ffcv_pairs
+from ffcv.fields import rgb_image
+assert "cv2" not in sys.modules, "cv2 imported eagerly"
+assert isinstance(rgb_image.IMAGE_MODES, dict), type(rgb_image.IMAGE_MODES)
+assert numba.typed.Dict is not dict, "numba.typed.Dict not restored"
+import numpy as np
+jpeg = rgb_image.encode_jpeg(np.zeros((8, 8, 3), np.uint8), 90)
+assert len(jpeg) > 0 and "cv2" in sys.modules
+import cv2
+assert cv2.imdecode(jpeg, cv2.IMREAD_COLOR).shape == (8, 8, 3)
+print("ok")
+"""
+
+
+def test_upstream_import_is_lean_and_still_works() -> None:
+    """ffcv is imported without its typed-dict compile and without OpenCV, and both still
+    work when upstream code (or the user) needs them."""
+    import subprocess
+    import sys
+
+    for prelude in ("", "import torch\n"):  # torch first, or imported from inside ffcv
+        out = subprocess.run(
+            [sys.executable, "-c", prelude + UPSTREAM_IMPORT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

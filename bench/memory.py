@@ -74,18 +74,21 @@ def snapshot(pid: int, include_root: bool = True) -> MemoryPeaks:
         out.rss += info.rss
         out.uss += info.uss
         out.pss += getattr(info, "pss", 0)
-        out.pss_own += getattr(info, "pss", 0) - _data_pss(p)
+        out.pss_own += _own_pss(p, getattr(info, "pss", 0))
         out.hwm = max(out.hwm, vm_hwm(p.pid))
         out.procs += 1
     return out
 
 
-def _data_pss(proc: psutil.Process) -> int:
-    """PSS of the dataset files ``proc`` maps (page cache, see the module docstring)."""
+def _own_pss(proc: psutil.Process, pss: int) -> int:
+    """PSS of ``proc`` without the dataset files it maps (page cache, see the module
+    docstring), both from one read of its ``smaps`` (two reads while the process
+    touches pages would not add up); ``pss`` minus nothing when that read fails."""
     try:
-        return sum(m.pss for m in proc.memory_maps(grouped=True) if m.path.endswith(DATA_SUFFIXES))
+        maps = proc.memory_maps(grouped=True)
     except (psutil.Error, AttributeError):
-        return 0
+        return pss
+    return sum(m.pss for m in maps if not m.path.endswith(DATA_SUFFIXES))
 
 
 class TreeSampler:

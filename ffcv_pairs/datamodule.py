@@ -66,7 +66,7 @@ class PairDataModule(L.LightningDataModule):
         augment: PairAugment | None = None,
         num_threads: int | None = None,
         window_bytes: int = 256 << 20,
-        batches_ahead: int = 3,
+        batches_ahead: int = 2,
         max_ram_gb: float | None = None,
         device: str | None = None,
     ):

@@ -74,7 +74,7 @@ class LoaderConfig:
     augment: Any = None  # PairAugment | None; typed loosely to avoid an import cycle
     device: str | None = None
     num_threads: int | None = None
-    batches_ahead: int = 3
+    batches_ahead: int = 2
     window_bytes: int = DEFAULT_WINDOW_BYTES
     rank: int | None = None
     world_size: int | None = None
@@ -449,7 +449,7 @@ def make_loader(
     augment: Any = None,
     device: str | None = None,
     num_threads: int | None = None,
-    batches_ahead: int = 3,
+    batches_ahead: int = 2,
     **more: Any,
 ) -> PairLoader:
     """A loader over the pair `.beton` at ``path``.
@@ -467,7 +467,7 @@ def make_loader(
         augment: A :class:`~ffcv_pairs.augment.PairAugment`, or None.
         device: Where batches go; default ``"cuda"`` when available, else CPU.
         num_threads: JIT threads; default: the node's cores over its local ranks.
-        batches_ahead: Batches prepared ahead of the consumer.
+        batches_ahead: Batches prepared ahead of the consumer (buffer slots: this + 3).
         **more: Further :class:`LoaderConfig` fields: ``window_bytes`` (quasi-random
             window, default 256 MiB), ``rank`` and ``world_size`` (explicit sharding),
             ``indices`` (a subset), ``verify`` (check every checksum on open) and

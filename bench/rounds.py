@@ -19,7 +19,7 @@ from .config import BenchConfig
 from .contestants import CONTESTANTS
 from .data import DataPaths
 from .memory import MemoryPeaks
-from .runner import Runner, RunnerError
+from .runner import Runner, RunnerError, call_fresh
 from .timing import run_gaps
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "run_rate",
     "start_built",
     "warm_cache",
+    "warm_jit",
 ]
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,26 @@ def run_rate(epochs: list[dict[str, Any]]) -> float | None:
         dt = full[-1]["last"] - full[0]["first"]
         samples = sum(e["samples"] for e in full) - full[0]["first_n"]
     return samples / dt if dt > 0 and samples > 0 else None
+
+
+def _first_batches(beton: str, batch_size: int, crop: tuple[int, int]) -> int:
+    """One batch of every configuration of this project's loader that the rounds use."""
+    from ffcv_pairs import PairAugment, make_loader
+
+    aug = PairAugment(hflip=0.5, crop=crop, crop_padding=4)
+    n = 0
+    for threads in (1, 2):  # 1: the serial kernels (simulated ranks), 2: the parallel ones
+        for augment in (None, aug):
+            loader = make_loader(beton, batch_size=batch_size, num_threads=threads, augment=augment)
+            n += len(next(iter(loader))[2])
+            loader.close()
+    return n
+
+
+def warm_jit(cfg: BenchConfig, paths: DataPaths) -> None:
+    """Fill this project's numba cache (in a fresh process) before any contestant runs, so
+    that no row, and no memory peak, includes compiling: a user compiles once per machine."""
+    call_fresh(_first_batches, str(paths.beton), cfg.batch_size, tuple(cfg.shape[1:3]))
 
 
 def warm_cache(paths: DataPaths) -> int:

@@ -144,7 +144,7 @@ def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str)
     from bench.data import prepare_data
     from bench.machine import describe_machine
     from bench.report import write_report
-    from bench.rounds import measure_rounds, start_built, warm_cache
+    from bench.rounds import measure_rounds, start_built, warm_cache, warm_jit
     from bench.runner import forkserver
     from bench.startup import measure_startup
     from bench.targets import evaluate_targets
@@ -155,6 +155,7 @@ def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str)
     cfg.work.mkdir(parents=True, exist_ok=True)
     log_file = cfg.work / "extras.log"
     paths, data_s = prepare_data(cfg)
+    warm_jit(cfg, paths)
     # The simulated ranks import for long: start them while the others start and warm up.
     early_pool = ThreadPoolExecutor(1)
     early = {}

@@ -51,7 +51,7 @@ def _memory(res: dict[str, Any], path: Path) -> None:
     ax.barh([i + 0.2 for i in y], [m["uss"] for _, m in configs], 0.4, label="USS Σ")
     ax.barh([i - 0.2 for i in y], [m["pss"] for _, m in configs], 0.4, label="PSS Σ")
     ax.set_yticks(list(y), [t for t, _ in configs])
-    ax.set_xlabel("MiB, peak, summed over the process tree")
+    ax.set_xlabel("MiB, peak, summed over the process tree (rank groups: the ranks)")
     ax.set_title("Memory per configuration")
     ax.legend()
     fig.tight_layout()

@@ -36,7 +36,8 @@ def _throughput(res: dict[str, Any]) -> list[str]:
         f"{cfg['n']:,} pairs of {cfg['dtype']}{list(cfg['shape'])} + int64 label, batch "
         f"{cfg['batch_size']}, warm page cache. MB/s counts image bytes ({sb:,} per pair; "
         "MB = 10^6 B). Memory columns: MiB, peaks while running; Σ = summed over the "
-        "contestant's process tree (DataLoader workers, ranks); *USS added* = USS Σ minus "
+        "contestant's process tree (DataLoader workers; for simulated ranks: the ranks, not "
+        "the process that spawned them); *USS added* = USS Σ minus "
         "the process's USS after imports, before its loader was built.",
         "",
         "| contestant | samples/s | MB/s | x limit | ffcv-pairs is | build s | first batch s "

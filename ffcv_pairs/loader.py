@@ -188,6 +188,9 @@ class _PairEpochIterator(EpochIterator):
         try:
             return super().__next__()
         except StopIteration:
+            # The thread ends right after its last put: wait for it, so that the next
+            # epoch finds it finished and reuses the buffers (see _PairGraph).
+            self.join(timeout=10.0)
             if self.error is not None:
                 raise LoaderError(f"loading failed: {self.error!r}") from self.error
             raise

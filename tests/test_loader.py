@@ -71,6 +71,31 @@ def test_a_held_batch_is_not_overwritten(tmp_path: Path) -> None:
         prev, prev_copy = cur, [t.clone() for t in cur]
 
 
+def test_buffers_are_allocated_once_and_held_batches_survive_an_epoch_boundary(
+    tmp_path: Path,
+) -> None:
+    """The same buffer slots every epoch (upstream allocates new ones per epoch), and the
+    slot sequence runs on: holding the last batch of an epoch and the first of the next
+    (two batches, as Lightning may) is safe while the loader runs ahead."""
+    path, a, _ = _write(tmp_path, n=2000, page_size=8192)
+    loader = make_loader(path, batch_size=9, order="random", num_threads=1)
+    slots = loader.config.batches_ahead + 3
+    assert len(loader) % slots != 0, "a restart at slot 0 would look like running on"
+    pointers: list[set[int]] = []
+    prev = prev_copy = None
+    for _ in range(3):
+        pointers.append(set())
+        for cur in loader:
+            pointers[-1].add(cur[0].data_ptr())
+            time.sleep(0.002)  # let the loader fill every free slot
+            if prev is not None:
+                for t, c in zip(prev, prev_copy):
+                    assert torch.equal(t, c), "a held batch was overwritten"
+                assert prev[0].numpy().tobytes() == a[prev[2].numpy()].tobytes()
+            prev, prev_copy = cur, [t.clone() for t in cur]
+    assert len(pointers[0]) == slots and pointers[0] == pointers[1] == pointers[2]
+
+
 def test_breaking_out_and_starting_again(tmp_path: Path) -> None:
     path, _, _ = _write(tmp_path)
     loader = make_loader(path, batch_size=16, order="sequential")

@@ -136,19 +136,22 @@ class _PairGraph(Graph):
     :meth:`allocate_memory` (called by every epoch's iterator) hands out the same
     buffers again, unless the iterator that last used them is still running (an
     epoch abandoned half way): then it allocates a fresh set, as upstream does.
+    ``start_slot`` is where the new epoch starts writing: on reused buffers, where
+    the last epoch stopped (``next_slot``, kept by the iterator that owns them), so
+    batches the consumer still holds are not overwritten.
     """
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.buffers: Any = None
-        self.buffers_key: tuple[int, int] | None = None
         self.owner: _PairEpochIterator | None = None
+        self.next_slot = self.start_slot = 0
 
     def allocate_memory(self, batch_size: int, batches_ahead: int) -> Any:
-        key = (batch_size, batches_ahead)
-        busy = self.owner is not None and not self.owner.finished
-        if self.buffers is None or self.buffers_key != key or busy:
-            self.buffers, self.buffers_key = super().allocate_memory(batch_size, batches_ahead), key
+        if self.buffers is None or (self.owner is not None and not self.owner.finished):
+            self.buffers = super().allocate_memory(batch_size, batches_ahead)
+            self.next_slot = 0
+        self.start_slot = self.next_slot
         return self.buffers
 
 
@@ -164,8 +167,7 @@ class _PairEpochIterator(EpochIterator):
         super().__init__(engine, order)
         self.output_queue: Queue[Any] = Queue(queue_size)
         self._deferred = False
-        if engine.graph.owner is None or engine.graph.owner.finished:
-            self.current_batch_slot = engine.next_slot
+        self.current_batch_slot = engine.graph.start_slot
         if torch.cuda.is_available():  # the last epoch's device buffers may still be read
             torch.cuda.current_stream().synchronize()
         engine.graph.owner = self
@@ -181,7 +183,9 @@ class _PairEpochIterator(EpochIterator):
         except BaseException as e:
             self.error = e
             self.output_queue.put(None)
-        self.loader.next_slot = self.current_batch_slot
+        graph = self.loader.graph
+        if graph.owner is self:  # an abandoned epoch's late end must not move the slots
+            graph.next_slot = self.current_batch_slot
         self.finished = True
 
     def __next__(self):
@@ -208,7 +212,6 @@ class _Engine:
     traversal_order: PairTraversalOrder
     graph: _PairGraph
     code: Any = None
-    next_slot: int = 0
 
 
 def _build_graph(reader: PairReader, specs: dict[str, PipelineSpec]) -> tuple[_PairGraph, Any]:

@@ -76,34 +76,42 @@ def _move(builder, dptr, sptr, k, width, reverse):
     builder.store(value, builder.bitcast(builder.gep(dptr, [k]), vec.as_pointer()), align=1)
 
 
-def _vector_run(builder, dptr, sptr, n, reverse, widths=_VECTORS):
+def _vector_run(builder, dptr, sptr, n, reverse):
     """Emit ``dst[k] = src[k]`` (or ``src[-k]``) for ``k < n``, with no byte loop above 16.
 
-    ``n >= widths[0]``: whole vectors, then one that overlaps the previous; a shorter
-    run takes two overlapping vectors of the widest width that fits; below the
-    narrowest, a byte loop.
+    ``n >= _VECTORS[0]``: whole vectors, then one that overlaps the previous; a
+    shorter run goes to :func:`_short_run`.
     """
     i64 = ir.IntType(64)
+    widest = _VECTORS[0]
+    width = ir.Constant(i64, widest)
+    with builder.if_else(builder.icmp_signed(">=", n, width)) as (then, otherwise):
+        with then:
+            with cgutils.for_range(builder, builder.sdiv(n, width)) as loop:
+                _move(builder, dptr, sptr, builder.mul(loop.index, width), widest, reverse)
+            rem = builder.srem(n, width)
+            with builder.if_then(builder.icmp_signed("!=", rem, ir.Constant(i64, 0))):
+                _move(builder, dptr, sptr, builder.sub(n, width), widest, reverse)
+        with otherwise:
+            _short_run(builder, dptr, sptr, n, reverse, _VECTORS[1:])
+
+
+def _short_run(builder, dptr, sptr, n, reverse, widths):
+    """A run shorter than twice ``widths[0]``: two overlapping vectors of the widest width
+    that fits; below the narrowest, a byte loop."""
     if not widths:
         with cgutils.for_range(builder, n) as loop:
             k = builder.neg(loop.index) if reverse else loop.index
             builder.store(builder.load(builder.gep(sptr, [k])), builder.gep(dptr, [loop.index]))
         return
+    i64 = ir.IntType(64)
     width = ir.Constant(i64, widths[0])
-    fits = builder.icmp_signed(">=", n, width)
-    with builder.if_else(fits) as (then, otherwise):
+    with builder.if_else(builder.icmp_signed(">=", n, width)) as (then, otherwise):
         with then:
-            if widths is _VECTORS:  # the widest: a loop
-                with cgutils.for_range(builder, builder.sdiv(n, width)) as loop:
-                    _move(builder, dptr, sptr, builder.mul(loop.index, width), widths[0], reverse)
-                rem = builder.srem(n, width)
-                with builder.if_then(builder.icmp_signed("!=", rem, ir.Constant(i64, 0))):
-                    _move(builder, dptr, sptr, builder.sub(n, width), widths[0], reverse)
-            else:  # n < 2 * width here
-                _move(builder, dptr, sptr, ir.Constant(i64, 0), widths[0], reverse)
-                _move(builder, dptr, sptr, builder.sub(n, width), widths[0], reverse)
+            _move(builder, dptr, sptr, ir.Constant(i64, 0), widths[0], reverse)
+            _move(builder, dptr, sptr, builder.sub(n, width), widths[0], reverse)
         with otherwise:
-            _vector_run(builder, dptr, sptr, n, reverse, widths[1:])
+            _short_run(builder, dptr, sptr, n, reverse, widths[1:])
 
 
 def _run_codegen(reverse):
@@ -310,14 +318,14 @@ def _row_ends(
 
 
 @nb.njit(cache=True, nogil=True)
-def _constant_plane(src, s0, dst, d0, height, oh, ow, pb, y0, flip_rows, runs, fill):
+def _constant_plane(
+    src, s0, dst, d0, height, oh, ow, pb, y0, flip_rows, xa, xb, base, step, s_stride, fill
+):  # pragma: no cover - JIT
     """The common case of :func:`_geometry_plane`: constant padding, runs that need no
     per-pixel work. Padding is filled in one pass over the plane (when there is any),
-    then each in-image row is one run: no per-row branches besides the copy.
-
-    ``runs`` = ``(xa, xb, base, step, s_stride)``; see :func:`_geometry_plane`.
+    then each in-image row is one run: no per-row branches besides the copy. The
+    run geometry (``xa``, ``xb``, ``base``, ``step``) is :func:`_geometry_plane`'s.
     """
-    xa, xb, base, step, s_stride = runs[0], runs[1], runs[2], runs[3], runs[4]
     d_stride = ow * pb
     # Output rows y whose source row (y0 + y, or y0 + oh - 1 - y) is inside the image.
     if flip_rows:
@@ -370,8 +378,9 @@ def _geometry_plane(src, s0, dst, d0, height, width, oh, ow, pb, prm, mode, fill
     flip_rows = (rot == 2) != fv
     s_stride, d_stride = width * pb, ow * pb
     if mode == PAD_CONSTANT and (pb == 1 or step > 0):
-        runs = (xa, xb, base, step, s_stride)
-        _constant_plane(src, s0, dst, d0, height, oh, ow, pb, y0, flip_rows, runs, fill)
+        _constant_plane(
+            src, s0, dst, d0, height, oh, ow, pb, y0, flip_rows, xa, xb, base, step, s_stride, fill
+        )
         return
     for y in range(oh):
         sy = _border(y0 + (oh - 1 - y if flip_rows else y), height, mode)

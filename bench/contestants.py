@@ -19,7 +19,14 @@ import numpy as np
 from .config import BenchConfig
 from .data import DataPaths
 
-__all__ = ["CONTESTANTS", "Contestant", "LoaderSource", "MemcpySource", "build_source"]
+__all__ = [
+    "CONTESTANTS",
+    "Contestant",
+    "LoaderSource",
+    "MemcpySource",
+    "build_source",
+    "is_rank_group",
+]
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,11 @@ def _ours_source(key: str, cfg: BenchConfig, paths: DataPaths) -> LoaderSource:
     return LoaderSource(loader, set_epoch=loader.set_epoch, close=loader.close)
 
 
+def is_rank_group(key: str) -> bool:
+    """Contestant ``key`` is a group of simulated ranks (:class:`bench.ranks.RankGroup`)."""
+    return key == "ours_4ranks" or key.startswith("pt_ranks_w")
+
+
 def build_source(key: str, cfg: BenchConfig, paths: DataPaths) -> Any:
     """The :class:`bench.timing.EpochSource` of contestant ``key`` (project venv only)."""
     if key in ("pt_per_sample", "pt_pack", "pt_pack_mmap", "pt_pack_lru", "npy_memmap"):
@@ -180,13 +192,11 @@ def build_source(key: str, cfg: BenchConfig, paths: DataPaths) -> Any:
         return _ffcv_source(key, cfg, paths)
     if key in ("ours", "ours_aug"):
         return _ours_source(key, cfg, paths)
-    if key == "ours_4ranks":
+    if is_rank_group(key):
         from .ranks import RankGroup
 
-        return RankGroup("ours", cfg, paths)
-    if key.startswith("pt_ranks_w"):
-        from .ranks import RankGroup
-
+        if key == "ours_4ranks":
+            return RankGroup("ours", cfg, paths)
         return RankGroup("pt", cfg, paths, workers=int(key.removeprefix("pt_ranks_w")))
     if key == "memcpy":
         return MemcpySource(paths.beton, cfg.n)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import BENCH_DIR, BenchConfig
+from .contestants import is_rank_group
 from .data import DataPaths
 from .extras import EXTRAS, extra_env
 from .memory import MemoryPeaks, TreeSampler, snapshot
@@ -85,7 +86,7 @@ class Runner:
     def __init__(self, key: str, cfg: BenchConfig, paths: DataPaths, log_file: Path):
         self.key = key
         # A group of simulated ranks: count the ranks, not the harness that spawned them.
-        self.include_root = not (key == "ours_4ranks" or key.startswith("pt_ranks_w"))
+        self.include_root = not is_rank_group(key)
         self._lines: queue.Queue[str] = queue.Queue()
         if key in EXTRAS:
             self._err = open(log_file, "a")  # noqa: SIM115 - closed in stop()

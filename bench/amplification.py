@@ -105,12 +105,12 @@ def _real_orders(beton: str, batch_size: int, seed: int) -> dict[str, Any]:
 
 
 def _virtual_orders(cfg: BenchConfig) -> dict[str, Any]:
-    from ffcv_pairs.layout import BetonLayout
-    from ffcv_pairs.loader import DEFAULT_WINDOW_BYTES
-    from ffcv_pairs.memory import PageIndex
-    from ffcv_pairs.order import OrderSpec, epoch_order
-    from ffcv_pairs.schema import ArraySpec, PairSchema
-    from ffcv_pairs.writer import DEFAULT_PAGE_SIZE
+    from ffcv_pairs.format.layout import BetonLayout
+    from ffcv_pairs.format.schema import ArraySpec, PairSchema
+    from ffcv_pairs.load.index import PageIndex
+    from ffcv_pairs.load.loader import DEFAULT_WINDOW_BYTES
+    from ffcv_pairs.load.order import OrderSpec, epoch_order
+    from ffcv_pairs.write.writer import DEFAULT_PAGE_SIZE
 
     spec = ArraySpec(cfg.shape, cfg.dtype)
     layout = BetonLayout(PairSchema(a=spec, b=spec), cfg.model_samples, DEFAULT_PAGE_SIZE)

@@ -11,7 +11,8 @@ import torch
 import torch.utils.data  # noqa: F401
 
 # ffcv_pairs first: it imports ffcv without ffcv's import-time numba compile.
-import ffcv_pairs  # noqa: F401
+import ffcv_pairs
+import ffcv_pairs.load.loader  # noqa: F401  (the package imports its parts on first use)
 
 # isort: split
 from ffcv.loader import Loader  # noqa: F401

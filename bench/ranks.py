@@ -69,7 +69,7 @@ def _rank_main(
     import torch.utils.data  # noqa: F401 - imports are not part of the build time
 
     if kind == "ours":
-        import ffcv_pairs  # noqa: F401
+        import ffcv_pairs.load.loader  # noqa: F401
 
     t = time.perf_counter()
     try:

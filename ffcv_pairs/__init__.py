@@ -2,41 +2,70 @@
 
 Write ``(A, B, label)`` pairs into one FFCV ``.beton`` with :func:`write_pairs`,
 then stream it with :func:`make_loader`.
+
+The package is laid out along the data path, and imports point one way::
+
+    format/   the file: schema, page layout, reader, checksum sidecar, integrity
+    write/    sources (.pt files, arrays), the writer, comparison with sources
+    kernels/  numba kernels: hashing, byte moves, geometry, decode, photometric
+    augment/  PairAugment and its FFCV ops
+    load/     page index, order, memory managers, decoders, epoch thread, loader
+    lightning/  PairDataModule, the example model, LoaderMonitor
+
+Public names are imported on first use, so writing never imports the loader
+and loading never imports Lightning.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from . import _upstream  # noqa: F401  (first: imports ffcv without its import-time compile)
-from .augment import PairAugment
-from .loader import LoaderConfig, LoaderError, PairLoader, make_loader
-from .reader import BetonError, PairReader
-from .schema import ArraySpec, PairSchema
-from .sources import (
-    ArraySource,
-    BatchedSource,
-    IndexedSource,
-    PairSource,
-    PerSampleSource,
-    SourceError,
-    open_source,
-)
-from .writer import WriteReport, write_pairs
+import importlib
+from typing import TYPE_CHECKING
 
-_LIGHTNING = {
-    "PairDataModule": "datamodule",
-    "SiamesePairClassifier": "model",
-    "LoaderMonitor": "callbacks",
+from . import _upstream  # noqa: F401  (first: imports ffcv without its import-time side effects)
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from .augment.config import PairAugment
+    from .format.reader import BetonError, PairReader
+    from .format.schema import ArraySpec, PairSchema
+    from .lightning.callbacks import LoaderMonitor
+    from .lightning.datamodule import PairDataModule
+    from .lightning.model import SiamesePairClassifier
+    from .load.loader import LoaderConfig, LoaderError, PairLoader, make_loader
+    from .write.sources import (
+        ArraySource,
+        BatchedSource,
+        IndexedSource,
+        PairSource,
+        PerSampleSource,
+        SourceError,
+        open_source,
+    )
+    from .write.writer import WriteReport, write_pairs
+
+_HOMES = {
+    "ArraySource": "write.sources",
+    "ArraySpec": "format.schema",
+    "BatchedSource": "write.sources",
+    "BetonError": "format.reader",
+    "IndexedSource": "write.sources",
+    "LoaderConfig": "load.loader",
+    "LoaderError": "load.loader",
+    "LoaderMonitor": "lightning.callbacks",
+    "PairAugment": "augment.config",
+    "PairDataModule": "lightning.datamodule",
+    "PairLoader": "load.loader",
+    "PairReader": "format.reader",
+    "PairSchema": "format.schema",
+    "PairSource": "write.sources",
+    "PerSampleSource": "write.sources",
+    "SiamesePairClassifier": "lightning.model",
+    "SourceError": "write.sources",
+    "WriteReport": "write.writer",
+    "make_loader": "load.loader",
+    "open_source": "write.sources",
+    "write_pairs": "write.writer",
 }
-
-
-def __getattr__(name: str) -> object:
-    """Lightning-side classes, imported on first use (the loader does not need Lightning)."""
-    if name in _LIGHTNING:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LIGHTNING[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 __all__ = [
     "ArraySource",
@@ -62,3 +91,16 @@ __all__ = [
     "open_source",
     "write_pairs",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Public names, imported from their module on first use."""
+    if name in _HOMES:
+        value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

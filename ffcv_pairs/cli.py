@@ -33,7 +33,7 @@ def _sigterm_to_exit(signum: int, frame: object) -> None:
 
 def _guard(run: Callable[[], int]) -> int:
     """Run a command; turn user errors into one line and exit status 2."""
-    from .sources import SourceError
+    from .write.sources import SourceError
 
     signal.signal(signal.SIGTERM, _sigterm_to_exit)
     try:
@@ -117,9 +117,9 @@ def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def _write(args: argparse.Namespace) -> int:
-    from .layout import parse_size
-    from .sources import open_source
-    from .writer import write_pairs
+    from .format.layout import parse_size
+    from .write.sources import open_source
+    from .write.writer import write_pairs
 
     args = _merge_write_config(args)
     page_size = parse_size(args.page_size)
@@ -139,8 +139,8 @@ def _write(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from .format.integrity import open_beton
     from .inspection import preview_png, summary
-    from .integrity import open_beton
 
     reader = open_beton(args.file)
     print(summary(reader))
@@ -154,14 +154,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     """Exit 0 when everything checked matches, 1 at the first mismatch (named), 2 on misuse."""
-    from .integrity import (
-        compare_with_source,
-        load_manifest,
-        split_of,
-        verify_checksums,
-    )
-    from .reader import BetonError, PairReader
-    from .sources import open_source
+    from .format.integrity import load_manifest, split_of, verify_checksums
+    from .format.reader import BetonError, PairReader
+    from .write.compare import compare_with_source
+    from .write.sources import open_source
 
     samples = None if args.samples == "all" else int(args.samples)
     if samples is not None and samples < 1:

@@ -158,8 +158,8 @@ def loader_speed(path: Path, epochs: int = 3) -> tuple[float, float]:
     """The loader alone, with the demo's training augmentation: (pairs/s, MB/s) on this machine."""
     import yaml
 
-    from .augment import PairAugment
-    from .loader import make_loader
+    from .augment.config import PairAugment
+    from .load.loader import make_loader
 
     data = yaml.safe_load((REPO / "configs" / "demo_cpu.yaml").read_text())["data"]
     loader = make_loader(
@@ -180,7 +180,7 @@ def loader_speed(path: Path, epochs: int = 3) -> tuple[float, float]:
 
 def train(out: Path, epochs: int, paired: bool) -> DemoResult:
     """Fit with the demo config through the same LightningCLI as ``ffcv_pairs.train``."""
-    from .callbacks import LoaderMonitor
+    from .lightning.callbacks import LoaderMonitor
     from .train import cli_main
 
     config = REPO / "configs" / "demo_cpu.yaml"

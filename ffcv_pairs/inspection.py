@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .augment import image_layout
-from .integrity import load_manifest
-from .reader import PairReader
-from .schema import PairSchema
+from .augment.config import image_layout
+from .format.integrity import load_manifest
+from .format.reader import PairReader
+from .format.schema import PairSchema
 
 __all__ = ["label_histogram", "preview_png", "summary"]
 

@@ -24,8 +24,8 @@ Commands::
     python -m ffcv_pairs.train fit --config configs/demo_cpu.yaml --trainer.fast_dev_run true
 
 ``--print_config`` shows every option. The data options are those of
-:class:`~ffcv_pairs.datamodule.PairDataModule`, the model's those of
-:class:`~ffcv_pairs.model.SiamesePairClassifier`.
+:class:`~ffcv_pairs.lightning.datamodule.PairDataModule`, the model's those of
+:class:`~ffcv_pairs.lightning.model.SiamesePairClassifier`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any
 
 from lightning.pytorch.cli import LightningCLI
 
-from .datamodule import PairDataModule
-from .model import SiamesePairClassifier
+from .lightning.datamodule import PairDataModule
+from .lightning.model import SiamesePairClassifier
 
 __all__ = ["cli_main"]
 

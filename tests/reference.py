@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 
-from ffcv_pairs import kernels as K
-from ffcv_pairs.augment import ImageLayout, PairAugment
+from ffcv_pairs.augment.config import ImageLayout, PairAugment
+from ffcv_pairs.kernels import hashing as H
+from ffcv_pairs.kernels.geometry import geometry_params
 
 NP_PAD = {"constant": "constant", "reflect": "reflect", "edge": "edge"}
 
@@ -29,11 +30,10 @@ def from_hwc(img: np.ndarray, layout: ImageLayout) -> np.ndarray:
 
 
 def params(aug: PairAugment, layout: ImageLayout, seed: int, epoch: int, sid: int, tag: int):
-    out = np.zeros(K.P_SIZE)
-    K.geometry_params(
-        aug.geometry_vector(layout), seed, epoch, sid, tag, layout.height, layout.width, out
+    clock = np.array([seed, epoch], dtype=np.int64)
+    return geometry_params(
+        aug.geometry_config(layout), clock, sid, tag, layout.height, layout.width
     )
-    return out
 
 
 def region(img: np.ndarray, y0: int, x0: int, h: int, w: int, mode: str, fill) -> np.ndarray:
@@ -57,17 +57,17 @@ def region(img: np.ndarray, y0: int, x0: int, h: int, w: int, mode: str, fill) -
 
 
 def flips_rot(img: np.ndarray, prm) -> np.ndarray:
-    if prm[K.P_HFLIP]:
+    if prm.hflip:
         img = img[:, ::-1]
-    if prm[K.P_VFLIP]:
+    if prm.vflip:
         img = img[::-1]
-    return np.rot90(img, int(prm[K.P_ROT]), axes=(0, 1))
+    return np.rot90(img, int(prm.rot), axes=(0, 1))
 
 
 def geometry(img: np.ndarray, layout: ImageLayout, aug: PairAugment, prm) -> np.ndarray:
     """Plain crop/pad/translate + flips + rot90 of one stored image."""
     hwc = to_hwc(img, layout)
-    y0, x0, rh, rw = (int(prm[k]) for k in (K.P_Y0, K.P_X0, K.P_RH, K.P_RW))
+    y0, x0, rh, rw = int(prm.y0), int(prm.x0), int(prm.rh), int(prm.rw)
     fill = np.array(aug.fill, dtype=img.dtype)
     out = flips_rot(region(hwc, y0, x0, rh, rw, aug.pad_mode, fill), prm)
     return from_hwc(np.ascontiguousarray(out), layout)
@@ -78,20 +78,20 @@ def resized(img: np.ndarray, layout: ImageLayout, aug: PairAugment, prm) -> np.n
     hwc = to_hwc(img, layout).astype(np.float64)
     H, W = hwc.shape[:2]
     oh, ow = aug.crop
-    y0, x0, rh, rw = (prm[k] for k in (K.P_Y0, K.P_X0, K.P_RH, K.P_RW))
+    y0, x0, rh, rw = prm.y0, prm.x0, prm.rh, prm.rw
     # Output pixel (y, x) after flips/rot came from resized pixel (ry, rx): undo them.
     yy, xx = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
     ry, rx = yy.copy(), xx.copy()
-    rot = int(prm[K.P_ROT])
+    rot = int(prm.rot)
     if rot == 1:
         ry, rx = xx, ow - 1 - yy
     elif rot == 2:
         ry, rx = oh - 1 - yy, ow - 1 - xx
     elif rot == 3:
         ry, rx = oh - 1 - xx, yy
-    if prm[K.P_VFLIP]:
+    if prm.vflip:
         ry = oh - 1 - ry
-    if prm[K.P_HFLIP]:
+    if prm.hflip:
         rx = ow - 1 - rx
     fy = np.clip(y0 + (ry + 0.5) * rh / oh - 0.5, 0.0, H - 1.0)
     fx = np.clip(x0 + (rx + 0.5) * rw / ow - 0.5, 0.0, W - 1.0)
@@ -113,12 +113,12 @@ def photometric(img: np.ndarray, aug: PairAugment, seed: int, epoch: int, sid: i
     x = img.astype(np.float64).reshape(-1)
 
     def key(op: int, paired: bool) -> int:
-        return np.uint64(K.sample_key(seed, epoch, sid, op, 0 if paired else tag))
+        return np.uint64(H.sample_key(seed, epoch, sid, op, 0 if paired else tag))
 
-    kb, kc = key(K.OP_BRIGHTNESS, aug.brightness_paired), key(K.OP_CONTRAST, aug.contrast_paired)
-    kn = key(K.OP_NOISE, aug.noise_paired)
-    b = 1.0 + aug.brightness * (2.0 * K.uniform(kb, 0) - 1.0) if aug.brightness else 1.0
-    c = 1.0 + aug.contrast * (2.0 * K.uniform(kc, 0) - 1.0) if aug.contrast else 1.0
+    kb, kc = key(H.OP_BRIGHTNESS, aug.brightness_paired), key(H.OP_CONTRAST, aug.contrast_paired)
+    kn = key(H.OP_NOISE, aug.noise_paired)
+    b = 1.0 + aug.brightness * (2.0 * H.uniform(kb, 0) - 1.0) if aug.brightness else 1.0
+    c = 1.0 + aug.contrast * (2.0 * H.uniform(kc, 0) - 1.0) if aug.contrast else 1.0
     v = x * b
     if aug.contrast:
         mean = np.cumsum(x)[-1] * b / len(x)
@@ -126,8 +126,8 @@ def photometric(img: np.ndarray, aug: PairAugment, seed: int, epoch: int, sid: i
     if aug.noise_std:
         # Scalar libm calls, as the kernel makes them (numpy's SIMD log/cos may differ by an ulp).
         noise = [
-            math.sqrt(-2.0 * math.log(1.0 - K.uniform(kn, 2 * k)))
-            * math.cos(2.0 * math.pi * K.uniform(kn, 2 * k + 1))
+            math.sqrt(-2.0 * math.log(1.0 - H.uniform(kn, 2 * k)))
+            * math.cos(2.0 * math.pi * H.uniform(kn, 2 * k + 1))
             for k in range(len(x))
         ]
         v = v + aug.noise_std * np.array(noise)

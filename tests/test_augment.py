@@ -10,7 +10,7 @@ import reference as ref
 import torch
 
 from ffcv_pairs import ArraySource, make_loader, write_pairs
-from ffcv_pairs.augment import PairAugment, image_layout
+from ffcv_pairs.augment.config import PairAugment, image_layout
 
 SEED = 11
 

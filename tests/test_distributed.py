@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 from conftest import make_arrays
 
 from ffcv_pairs import ArraySource, PairReader, make_loader, write_pairs
-from ffcv_pairs.memory import PageIndex
+from ffcv_pairs.load.index import PageIndex
 
 BATCH = 16
 

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ffcv_pairs import BetonError, PairReader, make_loader, write_pairs
-from ffcv_pairs.budget import MemoryBudgetError
 from ffcv_pairs.cli import main
-from ffcv_pairs.integrity import describe_block
-from ffcv_pairs.manifest import manifest_path
-from ffcv_pairs.sources import open_source
+from ffcv_pairs.format.integrity import describe_block
+from ffcv_pairs.format.sidecar import manifest_path
+from ffcv_pairs.load.budget import MemoryBudgetError
+from ffcv_pairs.write.sources import open_source
 
 N = 120
 
@@ -237,7 +237,7 @@ def test_fuzz_corrupt_headers_and_tables(
 BUDGET_SCRIPT = """
 import json, sys
 from ffcv_pairs import make_loader, PairAugment
-from ffcv_pairs.budget import process_bytes
+from ffcv_pairs.load.budget import process_bytes
 cfg = json.loads(sys.argv[2])
 aug = PairAugment(**cfg.pop("augment")) if "augment" in cfg else None
 loader = make_loader(sys.argv[1], augment=aug, num_threads=2, **cfg)

@@ -15,7 +15,7 @@ import torch
 from conftest import make_arrays
 
 from ffcv_pairs import ArraySource, PairAugment, write_pairs
-from ffcv_pairs.datamodule import PairDataModule
+from ffcv_pairs.lightning.datamodule import PairDataModule
 
 REPO = Path(__file__).parents[1]
 SCRIPT = REPO / "tests" / "scripts" / "ddp_fit.py"
@@ -209,7 +209,7 @@ def test_to_device_and_bf16_on_gpu(beton: Path) -> None:
 def test_bf16_mixed_training_on_gpu(beton: Path, tmp_path: Path) -> None:
     import lightning as L
 
-    from ffcv_pairs.model import SiamesePairClassifier
+    from ffcv_pairs.lightning.model import SiamesePairClassifier
 
     dm = PairDataModule(train_path=str(beton), batch_size=32, augment=PairAugment(hflip=0.5))
     trainer = L.Trainer(

@@ -9,8 +9,8 @@ import pytest
 from conftest import make_arrays
 
 from ffcv_pairs import ArraySource, PairReader, write_pairs
-from ffcv_pairs.memory import PageIndex
-from ffcv_pairs.order import OrderSpec, epoch_order
+from ffcv_pairs.load.index import PageIndex
+from ffcv_pairs.load.order import OrderSpec, epoch_order
 
 
 @pytest.fixture(scope="module")

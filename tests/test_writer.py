@@ -12,7 +12,7 @@ from conftest import make_arrays, read_upstream, write_batched, write_per_sample
 
 from ffcv_pairs import ArraySource, IndexedSource, PairSchema, open_source, write_pairs
 from ffcv_pairs.cli import write_main
-from ffcv_pairs.manifest import Manifest, hash_file, manifest_path
+from ffcv_pairs.format.sidecar import Manifest, hash_file, manifest_path
 
 CASES = [
     ((3, 16, 16), "uint8"),

@@ -184,7 +184,7 @@ write_pairs(IndexedSource(Slow()), sys.argv[1], workers=2, page_size=4096, progr
 
 def test_sigkill_midway_leaves_nothing_that_looks_valid(tmp_path: Path) -> None:
     from ffcv_pairs import ArraySource, write_pairs
-    from ffcv_pairs.manifest import manifest_path
+    from ffcv_pairs.format.sidecar import manifest_path
 
     out = tmp_path / "k.beton"
     a, b, labels = make_arrays(5)

@@ -18,8 +18,8 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from ffcv_pairs import PairAugment
-from ffcv_pairs.datamodule import PairDataModule
-from ffcv_pairs.model import SiamesePairClassifier
+from ffcv_pairs.lightning.datamodule import PairDataModule
+from ffcv_pairs.lightning.model import SiamesePairClassifier
 
 
 class Record(L.Callback):

@@ -9,18 +9,10 @@ Example::
         for a, b, label in loader:   # uint8 (B,C,H,W), uint8, int64 (B,)
             ...
 
-Composed from upstream FFCV parts (``Graph``, ``EpochIterator``, ``Compiler``)
-with this project's reader, memory manager, traversal order and ops; upstream's
-``Loader.__init__`` is not used, because it builds the slow per-sample dicts and
-rejects a custom order.
-
-**Reused buffers.** Batches live in ``batches_ahead + 3`` reused buffer slots,
-so a consumer may hold the batch it is working on plus one more (Lightning
-prefetches one when a loader has no length) while the next ones are prepared; a third batch kept
-beyond that may be overwritten. Clone what you need to keep longer. The slots are
-allocated once per loader and the slot sequence runs on across epochs (upstream
-allocates a fresh set every epoch: with two sets alive at an epoch boundary and
-the freed one kept by the C heap, a rank's memory grows by about one set).
+Built from this project's reader, page index, traversal order, memory manager,
+decoders and augmentation ops, run by upstream's epoch thread (see
+:mod:`~ffcv_pairs.load.pipeline` for the buffer contract: hold at most the
+current batch and one more).
 """
 
 from __future__ import annotations
@@ -30,35 +22,34 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from queue import Queue
 from typing import Any
 
 import numpy as np
 import torch
-from ffcv.loader.epoch_iterator import EpochIterator
 from ffcv.pipeline import PipelineSpec
 from ffcv.pipeline.compiler import Compiler
-from ffcv.pipeline.graph import Graph
 from ffcv.pipeline.operation import Operation
 from ffcv.transforms import ToDevice, ToTensor
 
+from ..augment.config import PairAugment
+from ..augment.ops import cpu_ops, device_ops
+from ..format.integrity import open_beton
+from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
 from .decoders import LabelDecoder, PairDecoder, TakeField
-from .integrity import open_beton
-from .memory import PageIndex, PairOSCacheManager, PairProcessCacheManager
+from .index import PageIndex
+from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import ORDERS, OrderKind, OrderSpec, PairTraversalOrder
-from .reader import PairReader
-from .schema import PairSchema
+from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
+from .resume import check_resume, resume_fingerprint
+from .world import default_num_threads, local_ranks, resolve_device, resolve_world
 
-__all__ = ["LoaderConfig", "LoaderError", "PairLoader", "make_loader"]
+__all__ = ["DEFAULT_WINDOW_BYTES", "LoaderConfig", "LoaderError", "PairLoader", "make_loader"]
 
 log = logging.getLogger(__name__)
 
+#: The quasi-random window: 32 pages of 8 MiB.
 DEFAULT_WINDOW_BYTES = 256 << 20
-
-
-class LoaderError(RuntimeError):
-    """The loading thread failed; the cause is chained."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +62,7 @@ class LoaderConfig:
     distributed: bool | None = None
     seed: int = 0
     drop_last: bool = True
-    augment: Any = None  # PairAugment | None; typed loosely to avoid an import cycle
+    augment: PairAugment | None = None
     device: str | None = None
     num_threads: int | None = None
     batches_ahead: int = 2
@@ -93,147 +84,15 @@ class LoaderConfig:
             raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
         if self.window_bytes < 1:
             raise ValueError(f"window_bytes must be positive, got {self.window_bytes}")
-
-
-def _resolve_world(cfg: LoaderConfig) -> tuple[int, int]:
-    if cfg.rank is not None or cfg.world_size is not None:
-        if cfg.rank is None or cfg.world_size is None:
-            raise ValueError("pass both rank and world_size, or neither")
-        return cfg.rank, cfg.world_size
-    dist = torch.distributed
-    initialised = dist.is_available() and dist.is_initialized()
-    if cfg.distributed and not initialised:
-        raise ValueError(
-            "distributed=True needs an initialised torch.distributed process group "
-            "(or pass rank= and world_size=)"
-        )
-    if (cfg.distributed is None and initialised) or cfg.distributed:
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def local_ranks(world_size: int) -> int:
-    """Ranks on this node: ``LOCAL_WORLD_SIZE`` (torchrun), ``SLURM_NTASKS_PER_NODE``, or
-    the whole world (one node)."""
-    local = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE")
-    return max(1, int(local) if local else world_size)
-
-
-def default_num_threads(world_size: int) -> int:
-    """The node's cores split across its local ranks."""
-    return max(1, len(os.sched_getaffinity(0)) // local_ranks(world_size))
-
-
-def _resolve_device(device: str | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-class _PairGraph(Graph):
-    """Upstream's pipeline graph, with its batch buffers allocated once per loader.
-
-    :meth:`allocate_memory` (called by every epoch's iterator) hands out the same
-    buffers again, unless the iterator that last used them is still running (an
-    epoch abandoned half way): then it allocates a fresh set, as upstream does.
-    ``start_slot`` is where the new epoch starts writing: on reused buffers, where
-    the last epoch stopped (``next_slot``, kept by the iterator that owns them), so
-    batches the consumer still holds are not overwritten.
-    """
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.buffers: Any = None
-        self.owner: _PairEpochIterator | None = None
-        self.next_slot = self.start_slot = 0
-
-    def allocate_memory(self, batch_size: int, batches_ahead: int) -> Any:
-        if self.buffers is None or (self.owner is not None and not self.owner.finished):
-            self.buffers = super().allocate_memory(batch_size, batches_ahead)
-            self.next_slot = 0
-        self.start_slot = self.next_slot
-        return self.buffers
-
-
-class _PairEpochIterator(EpochIterator):
-    """Upstream's epoch thread with a shorter queue (so the consumer may hold two
-    batches), pipeline errors raised in the consumer instead of a hang, and the
-    buffer slots continuing where the previous epoch stopped."""
-
-    def __init__(self, engine: _Engine, order: np.ndarray, queue_size: int):
-        self.error: BaseException | None = None
-        self.finished = False
-        self._deferred = True
-        super().__init__(engine, order)
-        self.output_queue: Queue[Any] = Queue(queue_size)
-        self._deferred = False
-        self.current_batch_slot = engine.graph.start_slot
-        if torch.cuda.is_available():  # the last epoch's device buffers may still be read
-            torch.cuda.current_stream().synchronize()
-        engine.graph.owner = self
-        self.start()
-
-    def start(self) -> None:
-        if not self._deferred:
-            super().start()
-
-    def run(self) -> None:
-        try:
-            super().run()
-        except BaseException as e:
-            self.error = e
-            self.output_queue.put(None)
-        graph = self.loader.graph
-        if graph.owner is self:  # an abandoned epoch's late end must not move the slots
-            graph.next_slot = self.current_batch_slot
-        self.finished = True
-
-    def __next__(self):
-        try:
-            return super().__next__()
-        except StopIteration:
-            # The thread ends right after its last put: wait for it, so that the next
-            # epoch finds it finished and reuses the buffers (see _PairGraph).
-            self.join(timeout=10.0)
-            if self.error is not None:
-                raise LoaderError(f"loading failed: {self.error!r}") from self.error
-            raise
-
-
-@dataclass
-class _Engine:
-    """The attributes upstream's ``EpochIterator`` reads from its loader."""
-
-    reader: PairReader
-    batch_size: int
-    batches_ahead: int
-    num_workers: int
-    memory_manager: PairOSCacheManager | PairProcessCacheManager
-    traversal_order: PairTraversalOrder
-    graph: _PairGraph
-    code: Any = None
-
-
-def _build_graph(reader: PairReader, specs: dict[str, PipelineSpec]) -> tuple[_PairGraph, Any]:
-    field_ix = {name: i for i, name in enumerate(reader.handlers)}
-    # memory_read is None: our decoders read through the metadata pointers.
-    graph = _PairGraph(specs, reader.handlers, field_ix, reader.metadata, None)
-    # Our ops return thin Python wrappers around cached @njit kernels: keep FFCV
-    # from wrapping them in a fresh njit, which would recompile on every loader.
-    enabled = Compiler.is_enabled
-    Compiler.set_enabled(False)
-    try:
-        _, code = graph.collect_requirements()
-        return graph, graph.codegen_all(code)
-    finally:
-        Compiler.set_enabled(enabled)
+        if self.augment is not None and not isinstance(self.augment, PairAugment):
+            raise TypeError(f"augment must be a PairAugment or None, got {type(self.augment)}")
 
 
 class PairLoader:
     """Streams ``(A, B, label)`` batches from a pair `.beton`. Build it with :func:`make_loader`.
 
     Attributes:
-        schema: The file's :class:`~ffcv_pairs.schema.PairSchema`.
+        schema: The file's :class:`~ffcv_pairs.format.schema.PairSchema`.
         rank, world_size: This process's place in the (possibly simulated) job.
         num_threads: JIT threads used by the pipeline.
     """
@@ -243,9 +102,9 @@ class PairLoader:
         self.reader = open_beton(path, full_check=cfg.verify)
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
-        self.rank, self.world_size = _resolve_world(cfg)
-        self.num_threads = cfg.num_threads or default_num_threads(self.world_size)
-        self.device = _resolve_device(cfg.device)
+        self.rank, self.world_size = resolve_world(cfg.rank, cfg.world_size, cfg.distributed)
+        self.num_threads = cfg.num_threads or default_num_threads(local_ranks(self.world_size))
+        self.device = resolve_device(cfg.device)
         self.index = PageIndex.build(self.reader, cfg.indices)
         window = max(1, cfg.window_bytes // int(self.reader.page_size))
         self.spec = OrderSpec(
@@ -262,15 +121,15 @@ class PairLoader:
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
         self._clock[0] = cfg.seed
         memory = (PairOSCacheManager if cfg.os_cache else PairProcessCacheManager)(self.reader)
-        graph, code = _build_graph(self.reader, self._pipelines())
-        self._engine = _Engine(
+        self.graph, code = build_graph(self.reader, self._pipelines())
+        self._engine = LoaderShim(
             self.reader,
             cfg.batch_size,
             cfg.batches_ahead + 1,
             self.num_threads,
             memory,
             PairTraversalOrder(self.index, self.spec),
-            graph,
+            self.graph,
             code,
         )
         self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
@@ -278,7 +137,7 @@ class PairLoader:
         self._next_epoch = 0
         self._resume: tuple[int, int] | None = None
         self._progress: tuple[int, int] | None = None  # (epoch, batches) while iterating
-        self._active: _PairEpochIterator | None = None
+        self._active: EpochThread | None = None
 
     # -- pipelines ---------------------------------------------------------------------
     def _pipelines(self) -> dict[str, PipelineSpec]:
@@ -291,13 +150,13 @@ class PairLoader:
         decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock, self.reader.page_shift)
         specs: dict[str, PipelineSpec] = {}
         for index, name in enumerate(PairSchema.IMAGE_FIELDS):
-            plan = decoder.plans[index]
+            out = decoder.fields[index]
             ops = [
-                TakeField(index, plan.out_shape, plan.spec.np_dtype),
-                *(aug.cpu_ops(name, self.schema, self._clock) if aug else []),
+                TakeField(index, out.out_shape, out.spec.np_dtype),
+                *(cpu_ops(aug, name, self.schema, self._clock) if aug else []),
                 ToTensor(),
                 *to_device,
-                *(aug.device_ops(name, self.schema) if aug else []),
+                *(device_ops(aug, name, self.schema) if aug else []),
             ]
             if index == 0:
                 specs[name] = PipelineSpec(name, decoder=decoder, transforms=ops)
@@ -369,7 +228,7 @@ class PairLoader:
             self._progress = None
             return
         Compiler.set_num_threads(self.num_threads)
-        self._active = it = _PairEpochIterator(self._engine, order, self.config.batches_ahead)
+        self._active = it = EpochThread(self._engine, order, self.config.batches_ahead)
         done = skip
         try:
             for batch in it:
@@ -381,18 +240,6 @@ class PairLoader:
             it.close()
 
     # -- resume ------------------------------------------------------------------------
-    def _fingerprint(self) -> dict[str, Any]:
-        s = self.spec
-        return {
-            "seed": s.seed,
-            "world_size": s.world_size,
-            "batch_size": s.batch_size,
-            "order": s.kind,
-            "drop_last": s.drop_last,
-            "window_pages": s.window_pages,
-            "num_samples": self.index.num_samples,
-        }
-
     def state_dict(self) -> dict[str, Any]:
         """Where this rank is: the epoch to run (or in progress) and batches consumed of it."""
         if self._progress is not None and self._progress[1] < len(self):
@@ -400,30 +247,17 @@ class PairLoader:
         else:
             epoch = self._progress[0] + 1 if self._progress else self._next_epoch
             done = 0
-        return {"epoch": epoch, "batches_consumed": done, "rank": self.rank, **self._fingerprint()}
+        fingerprint = resume_fingerprint(self.spec, self.index.num_samples)
+        return {"epoch": epoch, "batches_consumed": done, "rank": self.rank, **fingerprint}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the rest of that epoch comes out exactly as it would have.
 
-        Mid-epoch state (``batches_consumed > 0``) must come from a job with the same
-        seed, world size, batch size, order and file; a different world size is
-        accepted only at an epoch boundary, where the next epoch is re-sharded.
-
         Raises:
-            ValueError: naming the setting that differs.
+            ValueError: naming the setting that differs (see :func:`check_resume`).
         """
-        done = int(state["batches_consumed"])
-        if done:
-            mine = self._fingerprint()
-            diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
-            if diff:
-                what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in diff.items())
-                raise ValueError(
-                    f"cannot resume mid-epoch (epoch {state['epoch']}, batch {done}): {what}. "
-                    f"Resume with the original settings, or from an end-of-epoch checkpoint"
-                )
-            if done > len(self):
-                raise ValueError(f"batches_consumed {done} exceeds the epoch's {len(self)}")
+        fingerprint = resume_fingerprint(self.spec, self.index.num_samples)
+        done = check_resume(state, fingerprint, len(self))
         self._next_epoch = int(state["epoch"])
         self._resume = (self._next_epoch, done)
 
@@ -452,11 +286,16 @@ def make_loader(
     distributed: bool | None = None,
     seed: int = 0,
     drop_last: bool = True,
-    augment: Any = None,
+    augment: PairAugment | None = None,
     device: str | None = None,
     num_threads: int | None = None,
     batches_ahead: int = 2,
-    **more: Any,
+    window_bytes: int = DEFAULT_WINDOW_BYTES,
+    rank: int | None = None,
+    world_size: int | None = None,
+    indices: np.ndarray | None = None,
+    verify: bool = False,
+    max_ram_gb: float | None = None,
 ) -> PairLoader:
     """A loader over the pair `.beton` at ``path``.
 
@@ -470,23 +309,22 @@ def make_loader(
         distributed: Shard across ranks. ``None``: if ``torch.distributed`` is initialised.
         seed: Order (and augmentation) seed, the same on every rank.
         drop_last: Equal, whole batches on every rank; without it nothing is dropped.
-        augment: A :class:`~ffcv_pairs.augment.PairAugment`, or None.
+        augment: A :class:`~ffcv_pairs.augment.config.PairAugment`, or None.
         device: Where batches go; default ``"cuda"`` when available, else CPU.
         num_threads: JIT threads; default: the node's cores over its local ranks.
         batches_ahead: Batches prepared ahead of the consumer (buffer slots: this + 3).
-        **more: Further :class:`LoaderConfig` fields: ``window_bytes`` (quasi-random
-            window, default 256 MiB), ``rank`` and ``world_size`` (explicit sharding),
-            ``indices`` (a subset), ``verify`` (check every checksum on open) and
-            ``max_ram_gb`` (refuse a loader whose node-wide estimate exceeds it).
+        window_bytes: The quasi-random window (default 256 MiB): randomness against
+            read locality (see :mod:`~ffcv_pairs.load.order`).
+        rank, world_size: Explicit sharding, instead of ``torch.distributed``'s.
+        indices: Read only these sample ids.
+        verify: Check every checksum of the file on open.
+        max_ram_gb: Refuse a loader whose node-wide RAM estimate exceeds it.
 
     Raises:
         BetonError: the file is not a readable pair `.beton`, or fails its checksums.
         MemoryBudgetError: the loaders of this node would not fit in RAM.
         ValueError: a bad argument, named with the value given.
     """
-    unknown = set(more) - {f for f in LoaderConfig.__dataclass_fields__}
-    if unknown:
-        raise TypeError(f"make_loader() got unexpected keyword argument(s) {sorted(unknown)}")
     cfg = LoaderConfig(
         batch_size=batch_size,
         order=order,
@@ -498,6 +336,11 @@ def make_loader(
         device=device,
         num_threads=num_threads,
         batches_ahead=batches_ahead,
-        **more,
+        window_bytes=window_bytes,
+        rank=rank,
+        world_size=world_size,
+        indices=indices,
+        verify=verify,
+        max_ram_gb=max_ram_gb,
     )
     return PairLoader(path, cfg)

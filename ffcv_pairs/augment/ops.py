@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,12 +18,12 @@ from ffcv.pipeline.allocation_query import AllocationQuery
 from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
-from . import kernels as K
+from ..format.schema import PairSchema
+from ..kernels.photometric import photometric
+from ..kernels.resize import resized_crop
+from .config import ImageLayout, PairAugment
 
-if TYPE_CHECKING:
-    from .augment import ImageLayout, PairAugment
-
-__all__ = ["NormalizeConvert", "Photometric", "ResizedCrop"]
+__all__ = ["NormalizeConvert", "Photometric", "ResizedCrop", "cpu_ops", "device_ops"]
 
 
 def _numeric(batch: np.ndarray) -> np.ndarray:
@@ -38,7 +37,7 @@ class ResizedCrop(Operation):
     def __init__(self, augment: PairAugment, layout: ImageLayout, clock: np.ndarray, tag: int):
         super().__init__()
         self.layout, self.clock, self.tag = layout, clock, tag
-        self.g = augment.geometry_vector(layout)
+        self.geo = augment.geometry_config(layout)
         self.out_shape = augment.output_shape(layout)
 
     def declare_state_and_memory(self, previous_state: State):
@@ -47,23 +46,16 @@ class ResizedCrop(Operation):
         )
 
     def generate_code(self) -> Callable:
-        lay, g, clock, tag = self.layout, self.g, self.clock, self.tag
+        lay, geo, clock, tag = self.layout, self.geo, self.clock, self.tag
         oh = self.out_shape[0] if lay.channels != "first" else self.out_shape[1]
 
         def crop(images, dst, indices):
             n = len(indices)
             src = _numeric(images[:n]).reshape(n, lay.planes, lay.height, -1)
             out = dst[:n] if dst.dtype != np.float16 else np.empty(dst[:n].shape, np.float32)
-            K.resized_crop(
-                indices,
-                src,
-                out.reshape(n, lay.planes, oh, -1),
-                lay.pixel,
-                g,
-                clock,
-                tag,
-                out.dtype == np.uint8,
-            )
+            dst_planes = out.reshape(n, lay.planes, oh, -1)
+            is_int = out.dtype == np.uint8
+            resized_crop(indices, src, dst_planes, lay.pixel, geo, clock, tag, is_int)
             if out is not dst[:n]:
                 dst[:n] = out
             return dst[:n]
@@ -77,7 +69,7 @@ class Photometric(Operation):
 
     def __init__(self, augment: PairAugment, clock: np.ndarray, tag: int):
         super().__init__()
-        self.cfg, self.clock, self.tag = augment.photometric_vector(), clock, tag
+        self.cfg, self.clock, self.tag = augment.photometric_config(), clock, tag
 
     def declare_state_and_memory(self, previous_state: State):
         return previous_state, None
@@ -88,7 +80,7 @@ class Photometric(Operation):
         def jitter(images, _, indices):
             n = len(indices)
             work = _numeric(images[:n])
-            K.photometric(indices, work.reshape(n, -1), cfg, clock, tag, work.dtype == np.uint8)
+            photometric(indices, work.reshape(n, -1), cfg, clock, tag, work.dtype == np.uint8)
             if work is not images[:n]:
                 images[:n] = work
             return images
@@ -145,3 +137,29 @@ class NormalizeConvert(Operation):
             return ((x.to(torch.float32) - m) / s).to(out_dtype)
 
         return normalize
+
+
+def cpu_ops(
+    augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray
+) -> list[Operation]:
+    """The CPU ops of field ``name`` after the shared decoder: resized crop, photometric."""
+    layout = augment.layouts(schema)[name]
+    tag = schema.IMAGE_FIELDS.index(name)
+    ops: list[Operation] = []
+    if augment.crop_scale is not None:
+        ops.append(ResizedCrop(augment, layout, clock, tag))
+    if augment.has_photometric:
+        ops.append(Photometric(augment, clock, tag))
+    return ops
+
+
+def device_ops(augment: PairAugment, name: str, schema: PairSchema) -> list[Operation]:
+    """The ops of field ``name`` after ``ToDevice``: normalise and cast, when asked for."""
+    layout = augment.layouts(schema)[name]
+    stored = schema.spec(name).dtype
+    out = augment.resolved_out_dtype(stored)
+    if augment.normalize_mean is None and out == stored:
+        return []
+    return [
+        NormalizeConvert(augment.normalize_mean, augment.normalize_std, out, layout.channel_axis())
+    ]

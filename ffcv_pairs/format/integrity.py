@@ -1,11 +1,12 @@
-"""Checks of a `.beton` against its checksum sidecar and against its sources.
+"""Checks of a `.beton` against its checksum sidecar.
 
 * :func:`check_tables` runs on every open when a sidecar exists: the header,
   field table and metadata blocks (what the loader trusts) must match their
   CRCs, so a corrupt label or pointer is refused, not loaded.
 * :func:`verify_checksums` streams the whole file and names the first bad
   block: header/metadata, data page (with its samples) or allocation table.
-* :func:`compare_with_source` compares samples bit-exactly with the .pt files.
+
+Comparing samples with their sources is :mod:`ffcv_pairs.write.compare`.
 """
 
 from __future__ import annotations
@@ -18,17 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .manifest import Manifest, manifest_path
 from .reader import BetonError, PairReader
 from .schema import PairSchema
-from .sources import PairSource, to_array, to_label
+from .sidecar import Manifest, manifest_path
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "Mismatch",
     "check_tables",
-    "compare_with_source",
     "describe_block",
     "load_manifest",
     "open_beton",
@@ -139,50 +138,6 @@ def verify_checksums(reader: PairReader, manifest: Manifest) -> Mismatch | None:
             block += 1
     if block != len(expected):
         return Mismatch(f"file has {block} blocks, manifest lists {len(expected)}")
-    return None
-
-
-def _stored(reader: PairReader, field: str, sid: int) -> np.ndarray:
-    spec = reader.schema.spec(field)
-    ptr = int(reader.image_pointers(field)[sid])
-    raw = np.fromfile(reader.path, dtype=np.uint8, count=spec.nbytes, offset=ptr)
-    return raw.view(spec.np_dtype).reshape(spec.shape)
-
-
-def compare_with_source(
-    reader: PairReader,
-    source: PairSource,
-    samples: int | None,
-    seed: int = 0,
-    store_dtype: str | None = None,
-) -> Mismatch | None:
-    """Compare ``samples`` random samples (all when None) with ``source``, bit-exactly."""
-    from .writer import _cast
-
-    n = reader.num_samples
-    if len(source) < n:
-        return Mismatch(f"source has {len(source)} samples, the file {n}")
-    ids = (
-        np.arange(n)
-        if samples is None or samples >= n
-        else np.sort(np.random.default_rng(seed).choice(n, size=samples, replace=False))
-    )
-    labels = reader.metadata[f"f{reader.field_index(PairSchema.LABEL_FIELD)}"]
-    for sid in ids.tolist():
-        raw = source.read(sid)
-        for value, field in zip(raw[:2], PairSchema.IMAGE_FIELDS):
-            where = source.where(sid, field)
-            want = _cast(to_array(value, where), store_dtype, where)
-            got = _stored(reader, field, sid)
-            if (
-                want.shape != got.shape
-                or want.dtype != got.dtype
-                or (want.tobytes() != got.tobytes())
-            ):
-                return Mismatch(f"sample {sid}: field {field!r} differs from {where}")
-        where = source.where(sid, PairSchema.LABEL_FIELD)
-        if to_label(raw[2], where) != int(labels[sid]):
-            return Mismatch(f"sample {sid}: label {int(labels[sid])} differs from {where}")
     return None
 
 

@@ -33,39 +33,20 @@ import numba as nb
 import numpy as np
 from ffcv.traversal_order.base import TraversalOrder
 
-from .memory import PageIndex
+from ..kernels.hashing import below, key3, mix64
+from .index import PageIndex
 
-__all__ = ["ORDERS", "OrderKind", "OrderSpec", "PairTraversalOrder", "epoch_order", "mix64"]
+__all__ = ["ORDERS", "OrderKind", "OrderSpec", "PairTraversalOrder", "epoch_order"]
 
 OrderKind = Literal["quasi_random", "random", "sequential"]
 ORDERS: tuple[str, ...] = ("quasi_random", "random", "sequential")
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
 
 @nb.njit(cache=True, nogil=True)
-def mix64(x):  # pragma: no cover - JIT
-    """splitmix64's finaliser: a bijective, well-mixed hash of a uint64."""
-    x = np.uint64(x)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-@nb.njit(cache=True, nogil=True)
-def _key(a, b, c):  # pragma: no cover - JIT
-    return mix64(mix64(mix64(np.uint64(a) ^ _GOLDEN) ^ np.uint64(b)) ^ np.uint64(c))
-
-
-@nb.njit(cache=True, nogil=True)
-def _below(key, counter, n):  # pragma: no cover - JIT
-    """A uniform-enough integer in [0, n) from (key, counter)."""
-    return np.int64(mix64(key + np.uint64(counter) * _GOLDEN) % np.uint64(n))
-
-
-@nb.njit(cache=True, nogil=True)
-def _quasi_random(samples, starts, perm_rank, lo, hi, page_key, window, rank_key, out):
-    """Fill ``out`` with this rank's samples (pages ``perm_rank``, slices [lo, hi))."""
+def _quasi_random(samples, starts, runs, page_key, window, rank_key, out):
+    """Fill ``out`` with this rank's samples: ``runs`` is ``(3, n)``, the pages it reads
+    and the slice ``[lo, hi)`` of each it takes."""
+    perm_rank, lo, hi = runs[0], runs[1], runs[2]
     n_runs = len(perm_rank)
     run_start = np.empty(n_runs + 1, dtype=np.int64)
     run_start[0] = 0
@@ -78,9 +59,9 @@ def _quasi_random(samples, starts, perm_rank, lo, hi, page_key, window, rank_key
         p = perm_rank[r]
         s0, s1 = starts[p], starts[p + 1]
         page = samples[s0:s1].copy()
-        key = _key(page_key, p, 0x9A6E)
+        key = key3(page_key, p, 0x9A6E)
         for i in range(len(page) - 1, 0, -1):
-            j = _below(key, i, i + 1)
+            j = below(key, i, i + 1)
             page[i], page[j] = page[j], page[i]
         buf[run_start[r] : run_start[r + 1]] = page[lo[r] : hi[r]]
     # 2. Draw from a window of open pages.
@@ -94,7 +75,7 @@ def _quasi_random(samples, starts, perm_rank, lo, hi, page_key, window, rank_key
                 open_runs[n_open] = next_run
                 n_open += 1
             next_run += 1
-        k = _below(rank_key, t, n_open)
+        k = below(rank_key, t, n_open)
         r = open_runs[k]
         out[t] = buf[pos[r]]
         pos[r] += 1
@@ -188,9 +169,7 @@ def epoch_order(index: PageIndex, spec: OrderSpec, epoch: int) -> np.ndarray:
     _quasi_random(
         index.samples,
         index.starts,
-        pages,
-        lo,
-        hi,
+        np.stack([pages, lo, hi]).astype(np.int64),
         np.uint64(page_key),
         spec.window_pages,
         np.uint64(rank_key),
@@ -203,7 +182,7 @@ class PairTraversalOrder(TraversalOrder):
     """An upstream ``TraversalOrder`` backed by :func:`epoch_order`.
 
     Upstream's ``Loader`` cannot take it (it checks ``isinstance`` on a class);
-    :class:`~ffcv_pairs.loader.PairLoader` composes it directly.
+    :class:`~ffcv_pairs.load.loader.PairLoader` composes it directly.
     """
 
     def __init__(self, index: PageIndex, spec: OrderSpec):

@@ -3,7 +3,7 @@
 Per rank, what the loader adds to the process:
 
 * **buffers**: every pipeline stage that allocates keeps ``batches_ahead + 3``
-  slots of ``batch_size`` samples (see :mod:`ffcv_pairs.loader`);
+  slots of ``batch_size`` samples (see :mod:`ffcv_pairs.load.pipeline`);
 * **index**: the page index and one epoch's order (int64 per sample);
 * **transients**: a device-stage cast/normalise on the CPU makes new tensors
   each batch, which live as long as the batch is queued or held.
@@ -20,17 +20,21 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import psutil
 import torch
 from ffcv.pipeline.allocation_query import AllocationQuery
 
-if TYPE_CHECKING:
-    from .loader import PairLoader
+from ..augment.ops import device_ops
+from ..format.reader import PairReader
+from ..format.schema import PairSchema
+from .index import PageIndex
 
 __all__ = [
+    "BudgetedLoader",
     "MemoryBudgetError",
     "MemoryEstimate",
     "check_budget",
@@ -41,6 +45,21 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 GB = 1 << 30
+
+
+class BudgetedLoader(Protocol):
+    """What :func:`estimate_memory` reads of a loader (a :class:`PairLoader`)."""
+
+    config: Any
+    graph: Any
+    index: PageIndex
+    schema: PairSchema
+    device: torch.device
+    path: Path
+    reader: PairReader
+
+    @property
+    def num_samples(self) -> int: ...
 
 
 class MemoryBudgetError(ValueError):
@@ -119,11 +138,11 @@ def process_bytes(path: str | os.PathLike[str]) -> int:
     return int(psutil.Process().memory_full_info().uss) - mapped_bytes(path)
 
 
-def estimate_memory(loader: PairLoader, local_ranks: int) -> MemoryEstimate:
+def estimate_memory(loader: BudgetedLoader, local_ranks: int) -> MemoryEstimate:
     """Estimate ``loader``'s memory before its first batch."""
     cfg = loader.config
     slots = cfg.batches_ahead + 3
-    queries, _ = loader._engine.graph.collect_requirements()
+    queries, _ = loader.graph.collect_requirements()
     per_sample = sum(_query_bytes(q)[0] for kind in queries.values() for q in kind.values())
     buffers = slots * cfg.batch_size * per_sample
     n = loader.index.num_samples
@@ -132,7 +151,7 @@ def estimate_memory(loader: PairLoader, local_ranks: int) -> MemoryEstimate:
     aug = cfg.augment
     if aug is not None and loader.device.type == "cpu":
         for name in loader.schema.IMAGE_FIELDS:
-            if aug.device_ops(name, loader.schema):
+            if device_ops(aug, name, loader.schema):
                 out = aug.resolved_out_dtype(loader.schema.spec(name).dtype)
                 item = torch.empty(0, dtype=getattr(torch, out)).element_size()
                 elems = cfg.batch_size * int(

@@ -32,16 +32,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import yaml
 
-from . import kernels as K
-from .schema import ArraySpec, PairSchema
+from ..format.schema import ArraySpec, PairSchema
+from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, GeometryConfig
+from ..kernels.photometric import PhotometricConfig
 
 __all__ = ["ImageLayout", "PairAugment", "image_layout"]
 
 PadMode = Literal["constant", "reflect", "edge"]
-_PAD_MODES = {"constant": K.PAD_CONSTANT, "reflect": K.PAD_REFLECT, "edge": K.PAD_EDGE}
+_PAD_MODES = {"constant": PAD_CONSTANT, "reflect": PAD_REFLECT, "edge": PAD_EDGE}
 OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
 
 
@@ -291,61 +291,42 @@ class PairAugment:
         oh, ow = self.crop if self.crop is not None else (layout.height, layout.width)
         return layout.shape(oh, ow)
 
-    def geometry_vector(self, layout: ImageLayout) -> np.ndarray:
-        """The float64 config vector the geometry kernels read (see :mod:`kernels`)."""
-        g = np.zeros(K.G_SIZE, dtype=np.float64)
+    def geometry_config(self, layout: ImageLayout) -> GeometryConfig:
+        """What the geometry kernels read (see :mod:`ffcv_pairs.kernels.geometry`)."""
         oh, ow = self.crop if self.crop is not None else (layout.height, layout.width)
-        g[K.G_HFLIP], g[K.G_VFLIP], g[K.G_ROT90] = self.hflip, self.vflip, float(self.rot90)
-        g[K.G_OUT_H], g[K.G_OUT_W], g[K.G_PAD] = oh, ow, self.crop_padding
-        if self.crop_scale is not None:
-            g[K.G_SCALE_LO], g[K.G_SCALE_HI] = self.crop_scale
-            g[K.G_RATIO_LO], g[K.G_RATIO_HI] = self.crop_ratio
-        g[K.G_TRANS_Y], g[K.G_TRANS_X] = self.translate
-        g[K.G_PAD_MODE] = _PAD_MODES[self.pad_mode]
-        g[K.G_CROP] = float(self.crop is not None)
-        g[K.G_RESIZE] = float(self.crop_scale is not None)
-        g[K.G_PAIRED] = float(self.paired_geometry)
-        g[K.G_IDENTITY] = float(not self.has_geometry)
-        return g
+        scale = self.crop_scale if self.crop_scale is not None else (1.0, 1.0)
+        return GeometryConfig(
+            hflip=float(self.hflip),
+            vflip=float(self.vflip),
+            rot90=bool(self.rot90),
+            out_h=int(oh),
+            out_w=int(ow),
+            pad=int(self.crop_padding),
+            scale_lo=float(scale[0]),
+            scale_hi=float(scale[1]),
+            ratio_lo=float(self.crop_ratio[0]),
+            ratio_hi=float(self.crop_ratio[1]),
+            trans_y=int(self.translate[0]),
+            trans_x=int(self.translate[1]),
+            pad_mode=_PAD_MODES[self.pad_mode],
+            crop=self.crop is not None,
+            resize=self.crop_scale is not None,
+            paired=bool(self.paired_geometry),
+            identity=not self.has_geometry,
+        )
 
-    def photometric_vector(self) -> np.ndarray:
-        return np.array(
-            [
-                self.brightness,
-                self.brightness_paired,
-                self.contrast,
-                self.contrast_paired,
-                self.noise_std,
-                self.noise_paired,
-            ],
-            dtype=np.float64,
+    def photometric_config(self) -> PhotometricConfig:
+        """What the photometric kernel reads."""
+        return PhotometricConfig(
+            brightness=float(self.brightness),
+            brightness_paired=bool(self.brightness_paired),
+            contrast=float(self.contrast),
+            contrast_paired=bool(self.contrast_paired),
+            noise_std=float(self.noise_std),
+            noise_paired=bool(self.noise_paired),
         )
 
     def resolved_out_dtype(self, stored: str) -> str:
         if self.out_dtype is not None:
             return self.out_dtype
         return "float32" if self.normalize_mean is not None else stored
-
-    def cpu_ops(self, name: str, schema: PairSchema, clock: np.ndarray) -> list[Any]:
-        """Ops for ``name`` after the shared decoder (see :func:`pipeline_ops`)."""
-        from .ops import Photometric, ResizedCrop
-
-        layout = self.layouts(schema)[name]
-        tag = schema.IMAGE_FIELDS.index(name)
-        ops: list[Any] = []
-        if self.crop_scale is not None:
-            ops.append(ResizedCrop(self, layout, clock, tag))
-        if self.has_photometric:
-            ops.append(Photometric(self, clock, tag))
-        return ops
-
-    def device_ops(self, name: str, schema: PairSchema) -> list[Any]:
-        from .ops import NormalizeConvert
-
-        layout = self.layouts(schema)[name]
-        out = self.resolved_out_dtype(schema.spec(name).dtype)
-        if self.normalize_mean is None and out == schema.spec(name).dtype:
-            return []
-        return [
-            NormalizeConvert(self.normalize_mean, self.normalize_std, out, layout.channel_axis())
-        ]

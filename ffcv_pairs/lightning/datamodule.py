@@ -22,11 +22,12 @@ from typing import Any
 
 import lightning as L
 
-from .augment import PairAugment, image_layout
-from .loader import PairLoader, make_loader
-from .order import OrderKind
-from .reader import PairReader
-from .schema import PairSchema
+from ..augment.config import PairAugment, image_layout
+from ..format.reader import PairReader
+from ..format.schema import PairSchema
+from ..load.loader import DEFAULT_WINDOW_BYTES, PairLoader, make_loader
+from ..load.order import OrderKind
+from ..load.world import default_num_threads
 
 __all__ = ["PairDataModule"]
 
@@ -47,7 +48,7 @@ class PairDataModule(L.LightningDataModule):
         augment: Training augmentation (validation and test are not augmented,
             but get the same ``normalize_*``/``out_dtype`` so inputs match).
         num_threads: JIT threads per rank; default the node's cores over its devices.
-        window_bytes: Quasi-random window (see :mod:`ffcv_pairs.order`).
+        window_bytes: Quasi-random window (see :mod:`ffcv_pairs.load.order`).
         batches_ahead: Batches prepared ahead per rank.
         max_ram_gb: Refuse to start when the node-wide RAM estimate exceeds this.
         device: Where batches go; default the trainer's device.
@@ -58,6 +59,7 @@ class PairDataModule(L.LightningDataModule):
         train_path: str | None = None,
         val_path: str | None = None,
         test_path: str | None = None,
+        *,
         global_batch_size: int | None = None,
         batch_size: int | None = None,
         order: OrderKind = "quasi_random",
@@ -65,7 +67,7 @@ class PairDataModule(L.LightningDataModule):
         seed: int = 0,
         augment: PairAugment | None = None,
         num_threads: int | None = None,
-        window_bytes: int = 256 << 20,
+        window_bytes: int = DEFAULT_WINDOW_BYTES,
         batches_ahead: int = 2,
         max_ram_gb: float | None = None,
         device: str | None = None,
@@ -144,7 +146,7 @@ class PairDataModule(L.LightningDataModule):
             raise ValueError(f"data.{split}_path: {path} does not exist")
         rank, world, local = self._world()
         train = split == "train"
-        threads = self.num_threads or max(1, len(os.sched_getaffinity(0)) // local)
+        threads = self.num_threads or default_num_threads(local)
         return make_loader(
             path,
             batch_size=self.per_device_batch_size(world),

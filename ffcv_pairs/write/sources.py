@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .schema import PairSchema
+from ..format.schema import PairSchema
 
 __all__ = [
     "ArraySource",
@@ -31,6 +31,7 @@ __all__ = [
     "PerSampleSource",
     "SourceError",
     "as_source",
+    "cast_to_store",
     "open_source",
     "to_array",
     "to_label",
@@ -86,6 +87,30 @@ def to_label(value: Any, where: str) -> int:
             )
         return int(arr.reshape(()))
     raise SourceError(f"{where}: label must be an integer scalar, got {type(value).__name__}")
+
+
+def cast_to_store(arr: np.ndarray, store: str | None, where: str) -> np.ndarray:
+    """Cast to the storage dtype, refusing any cast that changes a value."""
+    if store is None or arr.dtype == np.dtype(store):
+        return arr
+    if arr.dtype.kind not in "uif":
+        raise SourceError(f"{where}: cannot store {arr.dtype} as {store}")
+    out = arr.astype(store)
+    with np.errstate(invalid="ignore"):
+        if store == "uint8":
+            ok = (arr >= 0) & (arr <= 255)
+            if arr.dtype.kind == "f":
+                ok &= arr == np.floor(arr)
+        else:
+            ok = out.astype(arr.dtype) == arr
+    ok = np.broadcast_to(ok, arr.shape)
+    if not ok.all():
+        bad = np.unravel_index(int(np.argmin(ok)), arr.shape)
+        raise SourceError(
+            f"{where}: value {arr[bad]!r} at index {tuple(int(x) for x in bad)} would change "
+            f"when stored as {store}; refusing (drop --store-dtype, or fix the data)"
+        )
+    return out
 
 
 class PairSource(ABC):

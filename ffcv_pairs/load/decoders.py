@@ -6,7 +6,8 @@ on the way, so augmented batches cost one pass over memory. Its result is the
 pair of buffers; :class:`TakeField` picks A in the A pipeline and B in the B
 pipeline (which references the decoder, an upstream ``RefNode``).
 
-Kernels are module-level ``@njit(cache=True)`` functions (see :mod:`kernels`), so
+Kernels are module-level ``@njit(cache=True)`` functions (see
+:mod:`ffcv_pairs.kernels`), so
 they compile once per machine, not once per loader. ``generate_code`` returns a
 thin Python function that calls the kernel with the op's parameters; the loader
 builds its pipeline with FFCV's compiler switched off, so FFCV does not wrap it
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numba as nb
 import numpy as np
@@ -27,11 +27,10 @@ from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
-from . import kernels as K
-from .schema import ArraySpec, PairSchema
-
-if TYPE_CHECKING:
-    from .augment import ImageLayout, PairAugment
+from ..augment.config import ImageLayout, PairAugment
+from ..format.schema import ArraySpec, PairSchema
+from ..kernels.decode import BatchRefs, FieldPlan, decode_pairs, decode_pairs_serial
+from ..kernels.geometry import GeometryConfig
 
 __all__ = ["LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
 
@@ -41,27 +40,30 @@ def planes_view(batch: np.ndarray, planes: int, height: int) -> np.ndarray:
     return batch.view(np.uint8).reshape(batch.shape[0], planes, height, -1)
 
 
-class _FieldPlan:
-    """How the decoder reads one field and what it writes."""
+class _FieldOutput:
+    """How the decoder reads one field (``plan``, for the kernel) and what it writes."""
 
     def __init__(self, spec: ArraySpec, layout: ImageLayout | None, aug: PairAugment | None):
         self.spec = spec
         geometric = aug is not None and aug.has_geometry and aug.crop_scale is None
-        if layout is None or not geometric:
+        if layout is None or aug is None or not geometric:
             self.out_shape = spec.shape
-            self.geo = np.array([1, 1, spec.nbytes, 1], dtype=np.int64)
-            self.out_planes, self.out_height = 1, 1
+            self.plan = FieldPlan(1, 1, spec.nbytes, 1)
             self.fill = np.zeros(1, dtype=np.uint8)
+            self.out_planes, self.out_height = 1, 1
             return
-        assert aug is not None
         item = spec.np_dtype.itemsize
         self.out_shape = aug.output_shape(layout)
-        self.geo = np.array(
-            [layout.planes, layout.height, layout.width, layout.pixel * item], dtype=np.int64
-        )
+        self.fill = np.full(layout.pixel, aug.fill, dtype=spec.np_dtype).view(np.uint8)
+        self.plan = FieldPlan(layout.planes, layout.height, layout.width, layout.pixel * item)
         self.out_planes = layout.planes
         self.out_height = aug.crop[0] if aug.crop is not None else layout.height
-        self.fill = np.full(layout.pixel, aug.fill, dtype=spec.np_dtype).view(np.uint8)
+
+
+#: No geometric op: the decoder copies each image whole.
+_IDENTITY = GeometryConfig(
+    0.0, 0.0, False, 0, 0, 0, 1.0, 1.0, 1.0, 1.0, 0, 0, 0, False, False, True, True
+)
 
 
 class PairDecoder(Operation):
@@ -85,29 +87,30 @@ class PairDecoder(Operation):
     ):
         super().__init__()
         layouts = augment.layouts(schema) if augment is not None else {}
-        self.plans = [
-            _FieldPlan(schema.spec(n), layouts.get(n), augment) for n in schema.IMAGE_FIELDS
+        self.fields = [
+            _FieldOutput(schema.spec(n), layouts.get(n), augment) for n in schema.IMAGE_FIELDS
         ]
         geometric = augment is not None and augment.has_geometry and augment.crop_scale is None
-        if geometric:
-            assert augment is not None
-            self.g = augment.geometry_vector(layouts[schema.IMAGE_FIELDS[0]])
+        if augment is not None and geometric:
+            self.geo = augment.geometry_config(layouts[schema.IMAGE_FIELDS[0]])
         else:
-            self.g = np.zeros(K.G_SIZE, dtype=np.float64)
-            self.g[K.G_IDENTITY] = 1.0
+            self.geo = _IDENTITY
         self.ptr_b, self.clock = ptr_b, clock
         self.page_shift = page_shift
 
     def declare_state_and_memory(self, previous_state: State):
-        a = self.plans[0]
-        queries = [AllocationQuery(p.out_shape, p.spec.np_dtype) for p in self.plans]
+        a = self.fields[0]
+        queries = [AllocationQuery(f.out_shape, f.spec.np_dtype) for f in self.fields]
         return replace(
             previous_state, jit_mode=True, shape=a.out_shape, dtype=a.spec.np_dtype
         ), queries
 
     def generate_code(self) -> Callable:
-        pa, pb = self.plans
-        g, clock, ptr_b, shift = self.g, self.clock, self.ptr_b, self.page_shift
+        fa, fb = self.fields
+        plan_a, plan_b = fa.plan, fb.plan
+        fills = np.zeros((2, max(len(fa.fill), len(fb.fill))), dtype=np.uint8)
+        fills[0, : len(fa.fill)], fills[1, : len(fb.fill)] = fa.fill, fb.fill
+        geo, clock, ptr_b, shift = self.geo, self.clock, self.ptr_b, self.page_shift
 
         def decode(indices, destination, metadata, storage_state):
             out_a, out_b = destination
@@ -116,22 +119,13 @@ class PairDecoder(Operation):
                 mm, ptrs_a, ptrs_b, rows = _slot_pointers(
                     indices, metadata, ptr_b, storage_state, shift
                 )
-            kernel = K.decode_pairs if Compiler.num_threads > 1 else K.decode_pairs_serial
-            kernel(
-                indices,
-                rows,
-                ptrs_a,
-                ptrs_b,
-                mm,
-                planes_view(out_a, pa.out_planes, pa.out_height),
-                planes_view(out_b, pb.out_planes, pb.out_height),
-                pa.geo,
-                pb.geo,
-                g,
-                clock,
-                pa.fill,
-                pb.fill,
+            kernel = decode_pairs if Compiler.num_threads > 1 else decode_pairs_serial
+            outs = (
+                planes_view(out_a, fa.out_planes, fa.out_height),
+                planes_view(out_b, fb.out_planes, fb.out_height),
             )
+            batch = BatchRefs(indices, rows, ptrs_a, ptrs_b)
+            kernel(batch, mm, outs, plan_a, plan_b, fills, geo, clock)
             return out_a, out_b
 
         return decode

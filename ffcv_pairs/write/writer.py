@@ -4,7 +4,7 @@ Example:
     >>> from ffcv_pairs import ArraySource, write_pairs
     >>> write_pairs(ArraySource(a, b, labels), "out/train.beton", workers=2)
 
-How it works: the layout is fixed by the schema (see :mod:`ffcv_pairs.layout`),
+How it works: the layout is fixed by the schema (see :mod:`ffcv_pairs.format.layout`),
 so each worker process reads the samples of one data page, assembles the page
 and ``pwrite``\\ s it, with its metadata rows, at its final offset. Nothing per
 sample stays in memory. Everything goes to ``OUT.partial``; the header, which
@@ -28,11 +28,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import __version__
-from .layout import BetonLayout, field_descriptors
-from .manifest import Manifest, hash_file, manifest_path
-from .schema import SUPPORTED_DTYPES, ArraySpec, PairSchema
-from .sources import PairSource, SourceError, as_source, to_array, to_label
+from .._version import __version__
+from ..format.layout import BetonLayout, field_descriptors
+from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema
+from ..format.sidecar import Manifest, hash_file, manifest_path
+from .sources import PairSource, SourceError, as_source, cast_to_store, to_array, to_label
 
 __all__ = ["DEFAULT_PAGE_SIZE", "StoreDtype", "WriteReport", "write_pairs"]
 
@@ -61,30 +61,6 @@ class WriteReport:
         )
 
 
-def _cast(arr: np.ndarray, store: str | None, where: str) -> np.ndarray:
-    """Cast to the storage dtype, refusing any cast that changes a value."""
-    if store is None or arr.dtype == np.dtype(store):
-        return arr
-    if arr.dtype.kind not in "uif":
-        raise SourceError(f"{where}: cannot store {arr.dtype} as {store}")
-    out = arr.astype(store)
-    with np.errstate(invalid="ignore"):
-        if store == "uint8":
-            ok = (arr >= 0) & (arr <= 255)
-            if arr.dtype.kind == "f":
-                ok &= arr == np.floor(arr)
-        else:
-            ok = out.astype(arr.dtype) == arr
-    ok = np.broadcast_to(ok, arr.shape)
-    if not ok.all():
-        bad = np.unravel_index(int(np.argmin(ok)), arr.shape)
-        raise SourceError(
-            f"{where}: value {arr[bad]!r} at index {tuple(int(x) for x in bad)} would change "
-            f"when stored as {store}; refusing (drop --store-dtype, or fix the data)"
-        )
-    return out
-
-
 class _Converter:
     """Turns raw values into arrays of the schema, naming the file on any mismatch."""
 
@@ -95,7 +71,7 @@ class _Converter:
         self.schema: PairSchema | None = None
 
     def image(self, value: Any, where: str) -> np.ndarray:
-        return _cast(to_array(value, where), self.store, where)
+        return cast_to_store(to_array(value, where), self.store, where)
 
     def infer(self, source: PairSource) -> PairSchema:
         a_name, b_name = PairSchema.IMAGE_FIELDS
@@ -249,7 +225,7 @@ def write_pairs(
     """Write ``source`` to the `.beton` at ``path`` plus its ``path.json`` checksum sidecar.
 
     Args:
-        source: A :class:`~ffcv_pairs.sources.PairSource`, or any object with
+        source: A :class:`~ffcv_pairs.write.sources.PairSource`, or any object with
             ``__len__`` and ``__getitem__`` returning ``(A, B, label)`` (a torch
             ``Dataset``, a list of tuples).
         path: Output file. Written as ``path.partial`` and renamed when complete.

@@ -1,0 +1,129 @@
+"""Byte moves for the decoders, as inline LLVM: row copies, reversed rows, fills.
+
+A call to ``memcpy`` (or a slice assignment) costs more than the copy at
+64-byte rows, and numba does not vectorise a byte loop with computed indices,
+so rows move as 64/32/16-byte vectors with an overlapping last vector (a byte
+shuffle reverses one); long runs go to ``memcpy``. Intrinsics are inlined into
+their caller and cacheable (a ctypes ``memcpy`` is not).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+__all__ = ["copy_bytes", "fill_bytes", "reverse_bytes"]
+
+_VECTORS = (64, 32, 16)  # vector widths for row copies, widest first (LLVM splits them
+# into what the CPU has: one AVX-512 move per 64-byte row, four SSE moves without it)
+_LARGE = 256  # longer runs go to the C library's memcpy
+
+
+def _move(builder, dptr, sptr, k, width, reverse):
+    """One vector: ``dst[k : k+width] = src[k : k+width]``, or with ``reverse``
+    ``dst[k + j] = src[-(k + j)]`` (``sptr`` then points at the last source byte)."""
+    i64, vec = ir.IntType(64), ir.VectorType(ir.IntType(8), width)
+    if reverse:
+        src = builder.gep(sptr, [builder.sub(ir.Constant(i64, 1 - width), k)])
+    else:
+        src = builder.gep(sptr, [k])
+    value = builder.load(builder.bitcast(src, vec.as_pointer()), align=1)
+    if reverse:
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), width), list(range(width - 1, -1, -1)))
+        value = builder.shuffle_vector(value, ir.Constant(vec, None), mask)
+    builder.store(value, builder.bitcast(builder.gep(dptr, [k]), vec.as_pointer()), align=1)
+
+
+def _vector_run(builder, dptr, sptr, n, reverse):
+    """Emit ``dst[k] = src[k]`` (or ``src[-k]``) for ``k < n``, with no byte loop above 16.
+
+    ``n >= _VECTORS[0]``: whole vectors, then one that overlaps the previous; a
+    shorter run goes to :func:`_short_run`.
+    """
+    i64 = ir.IntType(64)
+    widest = _VECTORS[0]
+    width = ir.Constant(i64, widest)
+    with builder.if_else(builder.icmp_signed(">=", n, width)) as (then, otherwise):
+        with then:
+            with cgutils.for_range(builder, builder.sdiv(n, width)) as loop:
+                _move(builder, dptr, sptr, builder.mul(loop.index, width), widest, reverse)
+            rem = builder.srem(n, width)
+            with builder.if_then(builder.icmp_signed("!=", rem, ir.Constant(i64, 0))):
+                _move(builder, dptr, sptr, builder.sub(n, width), widest, reverse)
+        with otherwise:
+            _short_run(builder, dptr, sptr, n, reverse, _VECTORS[1:])
+
+
+def _short_run(builder, dptr, sptr, n, reverse, widths):
+    """A run shorter than twice ``widths[0]``: two overlapping vectors of the widest width
+    that fits; below the narrowest, a byte loop."""
+    if not widths:
+        with cgutils.for_range(builder, n) as loop:
+            k = builder.neg(loop.index) if reverse else loop.index
+            builder.store(builder.load(builder.gep(sptr, [k])), builder.gep(dptr, [loop.index]))
+        return
+    i64 = ir.IntType(64)
+    width = ir.Constant(i64, widths[0])
+    with builder.if_else(builder.icmp_signed(">=", n, width)) as (then, otherwise):
+        with then:
+            _move(builder, dptr, sptr, ir.Constant(i64, 0), widths[0], reverse)
+            _move(builder, dptr, sptr, builder.sub(n, width), widths[0], reverse)
+        with otherwise:
+            _short_run(builder, dptr, sptr, n, reverse, widths[1:])
+
+
+def _run_codegen(reverse):
+    def codegen(context, builder, signature, args):
+        dst_v, d0_v, src_v, s0_v, n_v = args
+        d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
+        s_arr = context.make_array(signature.args[2])(context, builder, src_v)
+        dptr = builder.gep(d_arr.data, [d0_v])
+        sptr = builder.gep(s_arr.data, [s0_v])
+        if reverse:
+            _vector_run(builder, dptr, sptr, n_v, True)
+        else:
+            large = builder.icmp_signed(">", n_v, ir.Constant(ir.IntType(64), _LARGE))
+            with builder.if_else(large) as (big, small):
+                with big:
+                    cgutils.raw_memcpy(builder, dptr, sptr, n_v, 1)
+                with small:
+                    _vector_run(builder, dptr, sptr, n_v, False)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+@intrinsic
+def copy_bytes(typingctx, dst, d0, src, s0, n):  # pragma: no cover - JIT
+    """``dst[d0:d0+n] = src[s0:s0+n]`` for 1-d uint8 arrays (no overlap).
+
+    Inline vector moves for row-sized runs (a call to ``memcpy``, or a
+    slice assignment, costs more than the copy at 64-byte rows; numba does not
+    vectorise a byte loop), ``memcpy`` for long ones. An intrinsic is also
+    cacheable (a ctypes ``memcpy`` is not).
+    """
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+    return sig, _run_codegen(reverse=False)
+
+
+@intrinsic
+def reverse_bytes(typingctx, dst, d0, src, s_last, n):  # pragma: no cover - JIT
+    """``dst[d0 + k] = src[s_last - k]`` for ``k < n``: a vector at a time (a byte shuffle)."""
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+    return sig, _run_codegen(reverse=True)
+
+
+@intrinsic
+def fill_bytes(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
+    """``dst[d0:d0+n] = value`` for a 1-d uint8 array (``memset``: a numba byte loop with
+    computed indices is not vectorised)."""
+    sig = types.void(dst, types.intp, types.uint8, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst_v, d0_v, value_v, n_v = args
+        d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
+        cgutils.memset(builder, builder.gep(d_arr.data, [d0_v]), n_v, value_v)
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -1,0 +1,85 @@
+"""The one counter-based hash behind every random number: orders and augmentation.
+
+splitmix64's finaliser (:func:`mix64`) mixes a key; :func:`sample_key` builds the
+key of one ``(seed, epoch, sample_id, op, field_tag)``; ``uniform(key, k)`` is
+its k-th uniform double. Nothing depends on thread scheduling, rank or order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+
+__all__ = [
+    "GOLDEN",
+    "OP_BRIGHTNESS",
+    "OP_CONTRAST",
+    "OP_GEOMETRY",
+    "OP_NOISE",
+    "below",
+    "key3",
+    "mix64",
+    "normal",
+    "randint",
+    "sample_key",
+    "uniform",
+]
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+# Op ids: part of the random key, so ops never share random numbers.
+OP_GEOMETRY, OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE = 1, 2, 3, 4
+
+
+@nb.njit(cache=True, nogil=True)
+def mix64(x):  # pragma: no cover - JIT
+    """splitmix64's finaliser: a bijective, well-mixed hash of a uint64."""
+    x = np.uint64(x)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@nb.njit(cache=True, nogil=True)
+def key3(a, b, c):  # pragma: no cover - JIT
+    """A key from three integers."""
+    return mix64(mix64(mix64(np.uint64(a) ^ GOLDEN) ^ np.uint64(b)) ^ np.uint64(c))
+
+
+@nb.njit(cache=True, nogil=True)
+def below(key, counter, n):  # pragma: no cover - JIT
+    """A uniform-enough integer in [0, n) from ``(key, counter)``."""
+    return np.int64(mix64(key + np.uint64(counter) * GOLDEN) % np.uint64(n))
+
+
+@nb.njit(cache=True, nogil=True)
+def sample_key(seed, epoch, sample_id, op, tag):  # pragma: no cover - JIT
+    """The random key of one (sample, op, field) in one epoch."""
+    k = mix64(np.uint64(seed) ^ GOLDEN)
+    k = mix64(k ^ np.uint64(epoch))
+    k = mix64(k ^ np.uint64(sample_id))
+    return mix64(k ^ (np.uint64(op) << np.uint64(8)) ^ np.uint64(tag))
+
+
+@nb.njit(cache=True, nogil=True)
+def uniform(key, k):  # pragma: no cover - JIT
+    """The k-th uniform double in [0, 1) of ``key``."""
+    return np.float64(mix64(key + np.uint64(k + 1) * GOLDEN) >> np.uint64(11)) * (
+        1.0 / 9007199254740992.0
+    )
+
+
+@nb.njit(cache=True, nogil=True)
+def randint(key, k, lo, hi):  # pragma: no cover - JIT
+    """Uniform integer in [lo, hi]."""
+    return lo + np.int64(math.floor(uniform(key, k) * (hi - lo + 1)))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def normal(key, k):  # pragma: no cover - JIT
+    """A standard normal from two hashed uniforms (Box-Muller)."""
+    u1 = uniform(key, 2 * k)
+    u2 = uniform(key, 2 * k + 1)
+    return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)

@@ -1,0 +1,3 @@
+"""Lightning: the data module, the example model and the loader monitor callback."""
+
+__all__: list[str] = []

@@ -1,0 +1,78 @@
+"""Memory managers over the file, without upstream's per-sample ``__init__``.
+
+* :class:`PairOSCacheManager` is upstream's ``OSCacheManager`` without that
+  ``__init__``: with fixed-size fields the decoders read through the metadata
+  pointers, so only the file mapping is needed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ffcv.memory_managers import OSCacheManager, ProcessCacheManager
+from ffcv.memory_managers.os_cache import OSCacheContext
+
+from ..format.reader import PairReader
+from ..format.schema import PairSchema
+
+__all__ = ["PairOSCacheManager", "PairProcessCacheManager", "SamplePages"]
+
+
+class _PointerManager:
+    """What both managers share: only the file is needed, not the allocation table.
+
+    This project's decoders read each image through its metadata pointer (a
+    fixed size per field), so the allocation table and upstream's
+    ``searchsorted`` reader are never used, never sorted and never touched.
+    Upstream's ``MemoryManager.__init__``, which builds the per-sample dicts,
+    is deliberately not called.
+    """
+
+    reader: PairReader
+
+    def _attach(self, reader: PairReader) -> None:
+        self.reader = reader
+        self.ptrs = self.sizes = np.zeros(0, dtype=np.uint64)
+
+    def compile_reader(self):
+        raise NotImplementedError(
+            f"{type(self).__name__} has no allocation-table reader; use ffcv_pairs decoders"
+        )
+
+
+class PairOSCacheManager(_PointerManager, OSCacheManager):
+    """Upstream's OS-cache memory manager: one shared mapping of the file."""
+
+    def __init__(self, reader: PairReader):
+        self._attach(reader)
+        self.context = OSCacheContext(self)
+
+
+class SamplePages:
+    """``sample_id -> pages`` computed on demand from the mapped pointers.
+
+    Upstream's ``ProcessCacheContext`` asks ``manager.sample_to_pages[sample]`` for
+    every sample of an epoch; this answers from two pointer columns instead of a
+    dict of sets built for all samples at start-up.
+    """
+
+    def __init__(self, reader: PairReader):
+        self.shift = reader.page_shift
+        self.ptrs = [reader.image_pointers(name) for name in PairSchema.IMAGE_FIELDS]
+
+    def __getitem__(self, sample_id: int) -> set[int]:
+        return {int(p[sample_id] >> self.shift) for p in self.ptrs}
+
+
+class PairProcessCacheManager(_PointerManager, ProcessCacheManager):
+    """Upstream's process cache (``os_cache=False``): pages are read into private
+    buffers ahead of the batches that need them, by reader threads.
+
+    Planning each epoch's page schedule is still upstream's Python loop over the
+    epoch's samples (about a microsecond a sample). Every rank holds its own copy
+    of the pages it has in flight, so prefer the default OS cache when ranks
+    share a node.
+    """
+
+    def __init__(self, reader: PairReader):
+        self._attach(reader)
+        self.sample_to_pages = SamplePages(reader)

@@ -93,6 +93,10 @@ def _view_strided(p: Path, t: torch.Tensor) -> None:
     torch.save(t[:, ::2], p)
 
 
+def _transposed(p: Path, t: torch.Tensor) -> None:
+    torch.save(t.transpose(1, 2), p)  # the storage is exactly the tensor, in another order
+
+
 def _legacy(p: Path, t: torch.Tensor) -> None:
     torch.save(t, p, _use_new_zipfile_serialization=False)
 
@@ -137,6 +141,7 @@ def _compressed(p: Path, t: torch.Tensor) -> None:
 FALLBACKS = [
     _view_rows,
     _view_strided,
+    _transposed,
     _legacy,
     _other_dtype,
     _other_shape,
@@ -227,3 +232,12 @@ def test_bad_files_raise_naming_the_file(tmp_path: Path, cut: str) -> None:
             read()
     with pytest.raises(FileNotFoundError):
         read_tensor(tmp_path / "missing.pt", template)
+
+
+def test_layout_is_checked_not_only_the_bytes(tmp_path: Path) -> None:
+    """A transposed all-zero sample 0 decodes the same either way; its template must refuse."""
+    torch.save(torch.zeros(3, 4, 5, dtype=torch.uint8).transpose(1, 2), tmp_path / "x_0.pt")
+    template = learn_template(tmp_path / "x_0.pt")
+    assert "contiguous" in template.reason
+    torch.save(_random((3, 4, 5), torch.uint8, seed=3).transpose(1, 2), tmp_path / "x_1.pt")
+    _assert_bit_equal(read_tensor(tmp_path / "x_1.pt", template), _expected(tmp_path / "x_1.pt"))

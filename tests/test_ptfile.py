@@ -1,4 +1,4 @@
-"""ffcv_pairs.ptfile: raw reads of one-tensor .pt files, checked against torch.load."""
+"""ffcv_pairs.write.ptfile: raw reads of one-tensor .pt files, checked against torch.load."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from ffcv_pairs.ptfile import learn_template, read_label, read_tensor, read_zip_entries
+from ffcv_pairs.write.ptfile import learn_template, read_label, read_tensor, read_zip_entries
 
 DTYPES = [torch.uint8, torch.float16, torch.float32, torch.int64, torch.bool]
 SHAPES = {"CHW": (3, 8, 6), "HWC": (8, 6, 3)}

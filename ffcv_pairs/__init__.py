@@ -32,21 +32,16 @@ if TYPE_CHECKING:
     from .lightning.datamodule import PairDataModule
     from .lightning.model import SiamesePairClassifier
     from .load.loader import LoaderConfig, LoaderError, PairLoader, make_loader
-    from .write.sources import (
-        ArraySource,
-        BatchedSource,
-        IndexedSource,
-        PairSource,
-        PerSampleSource,
-        SourceError,
-        open_source,
-    )
+    from .write.batched import BatchedSource
+    from .write.layouts import open_source
+    from .write.persample import PerSampleSource
+    from .write.sources import ArraySource, IndexedSource, PairSource, SourceError
     from .write.writer import WriteReport, write_pairs
 
 _HOMES = {
     "ArraySource": "write.sources",
     "ArraySpec": "format.schema",
-    "BatchedSource": "write.sources",
+    "BatchedSource": "write.batched",
     "BetonError": "format.reader",
     "IndexedSource": "write.sources",
     "LoaderConfig": "load.loader",
@@ -58,12 +53,12 @@ _HOMES = {
     "PairReader": "format.reader",
     "PairSchema": "format.schema",
     "PairSource": "write.sources",
-    "PerSampleSource": "write.sources",
+    "PerSampleSource": "write.persample",
     "SiamesePairClassifier": "lightning.model",
     "SourceError": "write.sources",
     "WriteReport": "write.writer",
     "make_loader": "load.loader",
-    "open_source": "write.sources",
+    "open_source": "write.layouts",
     "write_pairs": "write.writer",
 }
 

@@ -5,11 +5,14 @@ Commands::
     python writers/write_beton.py data/pt out --split train --split val --workers 2
     python writers/write_beton.py --config configs/write.yaml --limit 1000
     python -m ffcv_pairs write data/pt out --split train --layout batched --limit 1000
+    python -m ffcv_pairs write data/pt out --split train --shuffle 1 --resume
     python -m ffcv_pairs inspect out/train.beton --preview 8 --out preview.png
     python -m ffcv_pairs verify out/train.beton --against data/pt --samples 100
 
 User errors print one line, ``error: <file>: <what is wrong>``, on stderr and
-exit with status 2; there is no traceback. ``verify`` exits 1 at the first bad
+exit with status 2; there is no traceback. So does a writer whose worker died;
+SIGTERM and Ctrl-C exit with 128 + the signal. Either way the message says when
+``--resume`` can continue from the kept ``.partial``. ``verify`` exits 1 at the first bad
 block or sample, which it names.
 """
 
@@ -33,12 +36,16 @@ def _sigterm_to_exit(signum: int, frame: object) -> None:
 
 def _guard(run: Callable[[], int]) -> int:
     """Run a command; turn user errors into one line and exit status 2."""
+    from .write.pool import WriteError, WriteInterrupted
     from .write.sources import SourceError
 
     signal.signal(signal.SIGTERM, _sigterm_to_exit)
     try:
         return run()
-    except (SourceError, ValueError, OSError) as e:
+    except WriteInterrupted as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 128 + e.signum
+    except (SourceError, WriteError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -71,6 +78,18 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="store images as this dtype; refuses casts that change a value",
     )
+    p.add_argument(
+        "--shuffle",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="write the samples in a seeded random order (recorded in the sidecar)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted conversion, keeping its finished pages",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -84,6 +103,7 @@ _WRITE_KEYS = (
     "limit",
     "page_size",
     "store_dtype",
+    "shuffle",
 )
 
 
@@ -118,13 +138,13 @@ def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
 
 def _write(args: argparse.Namespace) -> int:
     from .format.layout import parse_size
-    from .write.sources import open_source
+    from .write.layouts import open_sources
     from .write.writer import write_pairs
 
     args = _merge_write_config(args)
     page_size = parse_size(args.page_size)
-    sources = [(split, open_source(args.src_dir, split, args.layout)) for split in args.split]
-    for split, source in sources:
+    sources = open_sources(args.src_dir, args.split, args.layout)  # one directory scan
+    for split, source in zip(args.split, sources):
         report = write_pairs(
             source,
             args.out_dir / f"{split}.beton",
@@ -133,6 +153,8 @@ def _write(args: argparse.Namespace) -> int:
             store_dtype=args.store_dtype,
             limit=args.limit,
             progress=not args.no_progress,
+            resume=args.resume,
+            shuffle_seed=args.shuffle,
         )
         print(report.summary())
     return 0
@@ -157,7 +179,7 @@ def _verify(args: argparse.Namespace) -> int:
     from .format.integrity import load_manifest, split_of, verify_checksums
     from .format.reader import BetonError, PairReader
     from .write.compare import compare_with_source
-    from .write.sources import open_source
+    from .write.layouts import open_source
 
     samples = None if args.samples == "all" else int(args.samples)
     if samples is not None and samples < 1:
@@ -184,7 +206,10 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"checksums: OK ({len(manifest.crcs())} blocks, {reader.file_size} bytes)")
     if source is not None:
         store = manifest.store_dtype if manifest is not None else None
-        bad = compare_with_source(reader, source, samples, seed=args.seed, store_dtype=store)
+        shuffle = manifest.shuffle_seed if manifest is not None else None
+        bad = compare_with_source(
+            reader, source, samples, seed=args.seed, store_dtype=store, shuffle_seed=shuffle
+        )
         if bad is not None:
             print(f"FAIL: {args.file}: {bad.message}")
             return EXIT_MISMATCH

@@ -11,6 +11,7 @@ from .augment.config import image_layout
 from .format.integrity import load_manifest
 from .format.reader import PairReader
 from .format.schema import PairSchema
+from .write.permute import Permutation
 
 __all__ = ["label_histogram", "preview_png", "summary"]
 
@@ -19,6 +20,16 @@ def label_histogram(reader: PairReader) -> tuple[np.ndarray, np.ndarray]:
     """``(labels, counts)`` over the whole file."""
     labels = np.asarray(reader.metadata[f"f{reader.field_index(PairSchema.LABEL_FIELD)}"])
     return np.unique(labels, return_counts=True)
+
+
+def _order_line(n: int, seed: int, show: int = 4) -> str:
+    """``--shuffle`` files: which source sample each of the first positions holds."""
+    head = np.arange(min(n, show))
+    pairs = ", ".join(
+        f"{j}<-{i}" for j, i in zip(head.tolist(), Permutation(n, seed).source_of(head).tolist())
+    )
+    more = ", ..." if n > show else ""
+    return f"order:        shuffled, seed {seed} (position<-source index: {pairs}{more})"
 
 
 def summary(reader: PairReader, max_labels: int = 20) -> str:
@@ -44,11 +55,13 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
         lines.append("manifest:     none (written without ffcv_pairs): checksums unavailable")
     else:
         lines.append(
-            f"manifest:     {len(manifest.crcs())} block checksums, sha256 "
-            f"{manifest.sha256[:16]}.., written {manifest.created} by ffcv_pairs "
+            f"manifest:     {len(manifest.crcs())} block checksums, {manifest.digest_kind} "
+            f"{manifest.digest[:16]}.., written {manifest.created} by ffcv_pairs "
             f"{manifest.writer_version}"
         )
         lines.append(f"source:       {manifest.source}")
+        if manifest.shuffle_seed is not None:
+            lines.append(_order_line(reader.num_samples, manifest.shuffle_seed))
     values, counts = label_histogram(reader)
     lines.append(f"labels:       {len(values)} distinct")
     order = np.argsort(-counts, kind="stable")[:max_labels]

@@ -16,7 +16,7 @@ PACKAGE = Path(ffcv_pairs.__file__).parent
 ALLOWED = {
     "format": set(),
     "kernels": set(),
-    "write": {"format"},
+    "write": {"format", "kernels"},  # kernels.hashing: the --shuffle permutation
     "augment": {"format", "kernels"},
     "load": {"format", "kernels", "augment"},
     "lightning": {"format", "augment", "load"},

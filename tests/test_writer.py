@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ from conftest import make_arrays, read_upstream, write_batched, write_per_sample
 
 from ffcv_pairs import ArraySource, IndexedSource, PairSchema, open_source, write_pairs
 from ffcv_pairs.cli import write_main
-from ffcv_pairs.format.sidecar import Manifest, hash_file, manifest_path
+from ffcv_pairs.format.sidecar import Manifest, manifest_path
 
 CASES = [
     ((3, 16, 16), "uint8"),
@@ -129,8 +131,14 @@ def test_manifest_matches_file(tmp_path: Path) -> None:
         ArraySource(a, b, labels), tmp_path / "m.beton", page_size=4096, progress=False
     )
     m = Manifest.load(report.manifest)
-    crcs, sha = hash_file(report.path, m.page_size)
-    assert m.crcs() == crcs and m.sha256 == sha
+    data = report.path.read_bytes()
+    blocks = [data[i : i + m.page_size] for i in range(0, len(data), m.page_size)]
+    # The definition: CRC32 per block; SHA-256 over the blocks' SHA-256 digests, in order.
+    assert m.crcs() == [zlib.crc32(blk) for blk in blocks]
+    assert m.root_sha256 == hashlib.sha256(
+        b"".join(hashlib.sha256(blk).digest() for blk in blocks)
+    ).hexdigest()
+    assert m.format == "ffcv-pairs-manifest/2" and m.sha256 == ""
     assert m.file_size == report.path.stat().st_size
     assert m.schema == report.schema.to_json()
     assert json.loads(report.manifest.read_text())["source"] == "arrays"

@@ -4,13 +4,15 @@
   field table and metadata blocks (what the loader trusts) must match their
   CRCs, so a corrupt label or pointer is refused, not loaded.
 * :func:`verify_checksums` streams the whole file and names the first bad
-  block: header/metadata, data page (with its samples) or allocation table.
+  block: header/metadata, data page (with its samples) or allocation table;
+  then checks the whole-file digest (either sidecar format).
 
 Comparing samples with their sources is :mod:`ffcv_pairs.write.compare`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import zlib
@@ -21,7 +23,7 @@ import numpy as np
 
 from .reader import BetonError, PairReader
 from .schema import PairSchema
-from .sidecar import Manifest, manifest_path
+from .sidecar import Manifest, block_digest, manifest_path, root_digest
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +127,13 @@ def check_tables(reader: PairReader, manifest: Manifest) -> None:
 
 
 def verify_checksums(reader: PairReader, manifest: Manifest) -> Mismatch | None:
-    """Stream the whole file; the first block whose CRC differs, or None."""
+    """Stream the whole file: the first block whose CRC differs, a whole-file digest
+    that differs from the sidecar's (either format), or None."""
     ps = int(reader.page_size)
     expected = manifest.crcs()
+    whole = manifest.digest_kind == "sha256"
+    file_digest = hashlib.sha256()
+    blocks: list[bytes] = []
     with open(reader.path, "rb", buffering=0) as f:
         buf = bytearray(ps)
         view = memoryview(buf)
@@ -135,9 +141,19 @@ def verify_checksums(reader: PairReader, manifest: Manifest) -> Mismatch | None:
         while n := f.readinto(buf):
             if block >= len(expected) or zlib.crc32(view[:n]) != expected[block]:
                 return Mismatch(f"checksum mismatch in {describe_block(reader, block)}")
+            if whole:
+                file_digest.update(view[:n])
+            else:
+                blocks.append(block_digest(view[:n]).sha256)
             block += 1
     if block != len(expected):
         return Mismatch(f"file has {block} blocks, manifest lists {len(expected)}")
+    got = file_digest.hexdigest() if whole else root_digest(blocks)
+    if got != manifest.digest:
+        return Mismatch(
+            f"whole-file digest {got[:16]}.. differs from the manifest's "
+            f"{manifest.digest_kind} {manifest.digest[:16]}.. although every block CRC matches"
+        )
     return None
 
 

@@ -7,6 +7,7 @@ import numpy as np
 from ..format.integrity import Mismatch
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
+from .permute import Permutation
 from .sources import PairSource, cast_to_store, to_array, to_label
 
 __all__ = ["compare_with_source"]
@@ -25,8 +26,13 @@ def compare_with_source(
     samples: int | None,
     seed: int = 0,
     store_dtype: str | None = None,
+    shuffle_seed: int | None = None,
 ) -> Mismatch | None:
-    """Compare ``samples`` random samples (all when None) with ``source``, bit-exactly."""
+    """Compare ``samples`` random samples (all when None) with ``source``, bit-exactly.
+
+    ``shuffle_seed`` (from the sidecar) maps each position of the file to its source
+    index through :class:`~ffcv_pairs.write.permute.Permutation`.
+    """
     n = reader.num_samples
     if len(source) < n:
         return Mismatch(f"source has {len(source)} samples, the file {n}")
@@ -35,11 +41,13 @@ def compare_with_source(
         if samples is None or samples >= n
         else np.sort(np.random.default_rng(seed).choice(n, size=samples, replace=False))
     )
+    origin = ids if shuffle_seed is None else Permutation(n, shuffle_seed).source_of(ids)
     labels = reader.metadata[f"f{reader.field_index(PairSchema.LABEL_FIELD)}"]
-    for sid in ids.tolist():
-        raw = source.read(sid)
+    for sid, i in zip(ids.tolist(), origin.tolist()):
+        raw = source.read(i)
+        at = f"sample {sid}" if shuffle_seed is None else f"sample {sid} (source index {i})"
         for value, field in zip(raw[:2], PairSchema.IMAGE_FIELDS):
-            where = source.where(sid, field)
+            where = source.where(i, field)
             want = cast_to_store(to_array(value, where), store_dtype, where)
             got = _stored(reader, field, sid)
             if (
@@ -47,8 +55,8 @@ def compare_with_source(
                 or want.dtype != got.dtype
                 or (want.tobytes() != got.tobytes())
             ):
-                return Mismatch(f"sample {sid}: field {field!r} differs from {where}")
-        where = source.where(sid, PairSchema.LABEL_FIELD)
+                return Mismatch(f"{at}: field {field!r} differs from {where}")
+        where = source.where(i, PairSchema.LABEL_FIELD)
         if to_label(raw[2], where) != int(labels[sid]):
-            return Mismatch(f"sample {sid}: label {int(labels[sid])} differs from {where}")
+            return Mismatch(f"{at}: label {int(labels[sid])} differs from {where}")
     return None

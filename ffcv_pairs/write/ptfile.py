@@ -32,7 +32,14 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["PtTemplate", "learn_template", "read_label", "read_tensor", "read_zip_entries"]
+__all__ = [
+    "PtTemplate",
+    "learn_template",
+    "read_label",
+    "read_tensor",
+    "read_zip_entries",
+    "zip_entry_count",
+]
 
 _EOCD = struct.Struct("<4sHHHHIIH")  # end of central directory, 22 bytes
 _LOC64 = struct.Struct("<4sIQI")  # zip64 end-of-central-directory locator, 20 bytes
@@ -62,6 +69,21 @@ def read_zip_entries(buf: bytes | memoryview, where: str) -> dict[str, tuple[int
     try:
         return _read_zip_entries(buf, where)
     except (struct.error, UnicodeDecodeError) as e:
+        raise ValueError(f"{where}: not a zip archive (truncated or corrupt: {e})") from None
+
+
+def zip_entry_count(buf: bytes | memoryview, where: str) -> int:
+    """How many entries a zip archive holds, from its end records alone.
+
+    Only the last few hundred bytes are touched, so ``buf`` can be an ``mmap`` of a
+    large file.
+
+    Raises:
+        ValueError: the end records are missing or inconsistent (not a zip, truncated).
+    """
+    try:
+        return _directory(buf, where)[0]
+    except struct.error as e:
         raise ValueError(f"{where}: not a zip archive (truncated or corrupt: {e})") from None
 
 

@@ -1,49 +1,67 @@
-"""Pack ``(A, B, label)`` pairs into one FFCV `.beton`, in parallel and crash-safely.
+"""Pack ``(A, B, label)`` pairs into one FFCV `.beton`: in parallel, in one pass, resumably.
 
 Example:
     >>> from ffcv_pairs import ArraySource, write_pairs
     >>> write_pairs(ArraySource(a, b, labels), "out/train.beton", workers=2)
+    >>> write_pairs(open_source("data/pt", "train"), "out/train.beton", resume=True)
 
 How it works: the layout is fixed by the schema (see :mod:`ffcv_pairs.format.layout`),
-so each worker process reads the samples of one data page, assembles the page
-and ``pwrite``\\ s it, with its metadata rows, at its final offset. Nothing per
-sample stays in memory. Everything goes to ``OUT.partial``; the header, which
-makes a file readable, is written last, then the file is hashed, fsynced and
-renamed over ``OUT``. A failed or killed run leaves no ``OUT`` and never touches
-an older one.
+so worker processes write each data page, with its metadata rows, at its final
+offset in ``OUT.partial`` and return its CRC32 and SHA-256 (:mod:`.pages`). The
+writer appends those to the journal ``OUT.journal`` (:mod:`.journal`), which also
+holds the lock and the source's fingerprint. When every page is done it writes
+the allocation table and then the header (which makes a file readable), digests
+those small table blocks, derives the whole-file digest from the block digests
+(:mod:`ffcv_pairs.format.sidecar`) and renames ``OUT.partial`` over ``OUT``: the
+data is read once. A run stopped at any point (kill, crash, SIGTERM, Ctrl-C, a bad
+file) leaves no ``OUT`` and never touches an older one; ``resume=True`` keeps the
+journaled pages and writes the rest, giving the same bytes as an uninterrupted run.
 """
 
 from __future__ import annotations
 
-import fcntl
-import multiprocessing as mp
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from .._version import __version__
 from ..format.layout import BetonLayout, field_descriptors
-from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema
-from ..format.sidecar import Manifest, hash_file, manifest_path
-from .sources import PairSource, SourceError, as_source, cast_to_store, to_array, to_label
+from ..format.schema import PairSchema
+from ..format.sidecar import Manifest, block_digest
+from .batched import BatchedSource
+from .finish import Outputs, complete_renames, finish_file, fsync_dir
+from .journal import Journal, journal_path, what_changed
+from .pages import Converter, Job, TaskResult, run_task, set_job, worker_init
+from .permute import PERMUTATION, Permutation
+from .plan import Plan, make_plan
+from .pool import WriteError, WriteInterrupted, run_tasks, signals_as_exceptions
+from .sources import PairSource, SourceError, as_source
+from .testhook import active, hook
 
-__all__ = ["DEFAULT_PAGE_SIZE", "StoreDtype", "WriteReport", "write_pairs"]
+__all__ = ["DEFAULT_PAGE_SIZE", "JOURNAL_SECONDS", "StoreDtype", "WriteReport", "write_pairs"]
 
 #: Same as upstream's default (4 x 2 MiB).
 DEFAULT_PAGE_SIZE = 8 << 20
+#: Finished pages are made durable and journaled in batches, at most this far apart.
+JOURNAL_SECONDS = 1.0
 StoreDtype = Literal["uint8", "float16"]
 
 
 @dataclass(frozen=True)
 class WriteReport:
-    """What :func:`write_pairs` produced."""
+    """What :func:`write_pairs` produced.
+
+    Attributes:
+        seconds: Wall time of the whole call.
+        page_seconds: Wall time of the page-writing phase (the rest is discovery,
+            sample 0, and the final tables and renames).
+        fast_reads / fallback_reads: ``.pt`` files read without / with ``torch.load``.
+        pages_kept: Data pages taken over from an interrupted run (``resume=True``).
+    """
 
     path: Path
     manifest: Path
@@ -51,165 +69,210 @@ class WriteReport:
     num_samples: int
     file_size: int
     seconds: float
+    page_seconds: float = 0.0
+    num_pages: int = 0
+    fast_reads: int = 0
+    fallback_reads: int = 0
+    pages_kept: int = 0
+    shuffle_seed: int | None = None
 
     def summary(self) -> str:
         rate = self.num_samples / max(self.seconds, 1e-9)
-        return (
+        share = self.page_seconds / max(self.seconds, 1e-9)
+        parts = [
             f"wrote {self.path}: {self.num_samples} pairs ({self.schema.describe()}), "
-            f"{self.file_size / 1e6:.1f} MB in {self.seconds:.1f} s ({rate:,.0f} pairs/s); "
-            f"checksums in {self.manifest}"
-        )
-
-
-class _Converter:
-    """Turns raw values into arrays of the schema, naming the file on any mismatch."""
-
-    def __init__(self, store_dtype: str | None):
-        if store_dtype is not None and store_dtype not in ("uint8", "float16"):
-            raise ValueError(f"store_dtype must be None, 'uint8' or 'float16', got {store_dtype!r}")
-        self.store = store_dtype
-        self.schema: PairSchema | None = None
-
-    def image(self, value: Any, where: str) -> np.ndarray:
-        return cast_to_store(to_array(value, where), self.store, where)
-
-    def infer(self, source: PairSource) -> PairSchema:
-        a_name, b_name = PairSchema.IMAGE_FIELDS
-        raw = source.read(0)
-        specs = []
-        for value, name in zip(raw[:2], (a_name, b_name)):
-            where = source.where(0, name)
-            arr = self.image(value, where)
-            if arr.dtype.name not in SUPPORTED_DTYPES:
-                hint = " (or --store-dtype uint8 / float16)" if arr.dtype.kind in "iuf" else ""
-                raise SourceError(
-                    f"{where}: dtype {arr.dtype} is not supported; store "
-                    f"{'/'.join(SUPPORTED_DTYPES)}{hint}"
-                )
-            if arr.ndim == 0 or arr.size == 0:
-                raise SourceError(f"{where}: expected a non-empty array, got shape {arr.shape}")
-            specs.append(ArraySpec(arr.shape, arr.dtype.name))
-        to_label(raw[2], source.where(0, PairSchema.LABEL_FIELD))
-        self.schema = PairSchema(a=specs[0], b=specs[1])
-        return self.schema
-
-    def check(self, arr: np.ndarray, spec: ArraySpec, where: str, batched: bool = False) -> None:
-        shape = arr.shape[1:] if batched else arr.shape
-        if shape != spec.shape or arr.dtype != spec.np_dtype:
-            raise SourceError(
-                f"{where}: {arr.dtype}{list(shape)} differs from sample 0 "
-                f"({spec.describe()}); every sample must match"
+            f"{self.file_size / 1e6:.1f} MB in {self.seconds:.1f} s ({rate:,.0f} pairs/s, "
+            f"{share:.0%} of it writing pages)"
+        ]
+        if self.fast_reads or self.fallback_reads:
+            parts.append(
+                f".pt files: {self.fast_reads} read directly, {self.fallback_reads} by torch.load"
             )
+        if self.pages_kept:
+            parts.append(f"resumed: kept {self.pages_kept} of {self.num_pages} pages")
+        if self.shuffle_seed is not None:
+            parts.append(f"shuffled with seed {self.shuffle_seed}")
+        return "; ".join([*parts, f"checksums in {self.manifest}"])
+
+
+class _Tracker:
+    """The parent's side of the page phase: digests, journal batches, progress."""
+
+    def __init__(self, journal: Journal, fd: int, plan: Plan, done: dict[int, tuple[int, bytes]]):
+        self.journal, self.fd, self.plan = journal, fd, plan
+        self.digests = dict(done)
+        self.pending: list[tuple[int, int, bytes]] = []
+        self.reads = [0, 0]
+        self.every = 0.0 if active() else JOURNAL_SECONDS
+        self.last = time.monotonic()
+        self.bar: Any = None
+        self.page_size = 0
+        self.data_start = 0
+
+    def _add(self, page: int, crc: int, sha: bytes) -> None:
+        if page in self.digests:
+            if self.digests[page] != (crc, sha):
+                raise SourceError(
+                    f"data page {page} came out different from the one written before the "
+                    f"interruption: the source changed; rerun without --resume to start over"
+                )
+            return
+        self.digests[page] = (crc, sha)
+        self.pending.append((page, crc, sha))
+
+    def on_done(self, index: int, result: TaskResult) -> None:
+        for page, crc, sha in result.pages:
+            self._add(page, crc, sha)
+        for page in self.plan.task_done(index):
+            at = self.data_start + page * self.page_size
+            d = block_digest(os.pread(self.fd, self.page_size, at))
+            self._add(page, d.crc32, d.sha256)
+        self.reads[0] += result.reads[0]
+        self.reads[1] += result.reads[1]
+        if self.bar is not None:
+            self.bar.update(result.samples)
+        if time.monotonic() - self.last >= self.every:
+            self.flush()
+
+    def flush(self) -> None:
+        self.journal.commit(self.fd, self.pending)
+        self.pending = []
+        self.last = time.monotonic()
+        hook("journal", len(self.digests))
 
 
 @dataclass
-class _Job:
-    """What a worker process needs (inherited through fork, never pickled)."""
+class _Conversion:
+    """One call of :func:`write_pairs` once its arguments are checked."""
 
-    source: PairSource
+    src: PairSource
     layout: BetonLayout
-    converter: _Converter
-    partial: Path
+    conv: Converter
+    order: Permutation | None
+    files: Outputs
+    journal: Journal
+    fingerprint: dict[str, Any]
+    workers: int
+    progress: bool
+    t0: float
 
+    def report(self, tracker: _Tracker | None, page_seconds: float, kept: int) -> WriteReport:
+        reads = tracker.reads if tracker is not None else [0, 0]
+        return WriteReport(
+            self.files.out, self.files.sidecar, self.layout.schema, self.layout.num_samples,
+            self.layout.file_size, time.perf_counter() - self.t0, page_seconds,
+            self.layout.num_pages, reads[0], reads[1], kept,
+            None if self.order is None else self.order.seed,
+        )  # fmt: skip
 
-_JOB: _Job | None = None
-_FD: int | None = None
-_PAGE: np.ndarray | None = None
-
-
-def _worker_init() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _fill_page(job: _Job, page: int, buf: np.ndarray) -> np.ndarray:
-    """Assemble data page ``page`` into ``buf``; returns the labels of its samples."""
-    layout, conv, src = job.layout, job.converter, job.source
-    schema = layout.schema
-    start, stop = layout.page_samples(page)
-    k, na, sb = stop - start, schema.a.nbytes, schema.sample_bytes
-    slots = buf[: k * sb].reshape(k, sb)
-    a_name, b_name = schema.IMAGE_FIELDS
-    block = src.read_arrays(start, stop)
-    if block is not None:
-        a = conv.image(block[0], f"{src.describe()}.{a_name}[{start}:{stop}]")
-        b = conv.image(block[1], f"{src.describe()}.{b_name}[{start}:{stop}]")
-        conv.check(a, schema.a, f"{src.describe()}.{a_name}", batched=True)
-        conv.check(b, schema.b, f"{src.describe()}.{b_name}", batched=True)
-        slots[:, :na] = a.reshape(k, -1).view(np.uint8)
-        slots[:, na:] = b.reshape(k, -1).view(np.uint8)
-        labels = np.asarray(block[2], dtype=np.int64)
-    else:
-        labels = np.empty(k, dtype=np.int64)
-        for j, i in enumerate(range(start, stop)):
-            raw = src.read(i)
-            for value, name, spec, lo, hi in (
-                (raw[0], a_name, schema.a, 0, na),
-                (raw[1], b_name, schema.b, na, sb),
-            ):
-                where = src.where(i, name)
-                arr = conv.image(value, where)
-                conv.check(arr, spec, where)
-                slots[j, lo:hi] = arr.reshape(-1).view(np.uint8)
-            labels[j] = to_label(raw[2], src.where(i, schema.LABEL_FIELD))
-    buf[k * sb :] = 0
-    return labels
-
-
-def _write_page(page: int) -> int:
-    global _FD, _PAGE
-    job = _JOB
-    assert job is not None, "worker started without a job"
-    if _FD is None:
-        _FD = os.open(job.partial, os.O_WRONLY)
-    if _PAGE is None:
-        _PAGE = np.empty(job.layout.page_size, dtype=np.uint8)
-    layout = job.layout
-    labels = _fill_page(job, page, _PAGE)
-    os.pwrite(_FD, _PAGE.data, layout.data_start + page * layout.page_size)
-    start, _ = layout.page_samples(page)
-    rows = layout.metadata_rows(start, labels)
-    os.pwrite(_FD, rows.tobytes(), layout.metadata_start + start * rows.itemsize)
-    return len(labels)
-
-
-def _run_pages(num_pages: int, workers: int) -> Iterator[int]:
-    if workers <= 1:
+    def run(self, resume: bool) -> WriteReport:
+        layout, files = self.layout, self.files
+        done: dict[int, tuple[int, bytes]] = {}
+        if resume:
+            old, done = self.journal.read()
+            change = None if old is None else what_changed(old, self.fingerprint)
+            if change is not None:
+                raise SourceError(
+                    f"{files.out}: cannot resume: {change}; rerun without --resume to start over"
+                )
+            if old is not None and not files.partial.exists():
+                if complete_renames(files, layout, done):
+                    self.journal.remove()
+                    return self.report(None, 0.0, layout.num_pages)
+                done = {}
+            elif old is not None and files.partial.stat().st_size != layout.file_size:
+                done = {}
+        if not done:
+            self.journal.start(self.fingerprint)
+        fd = os.open(files.partial, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            yield from map(_write_page, range(num_pages))
+            if not done:
+                os.ftruncate(fd, 0)
+                os.ftruncate(fd, layout.file_size)
+            descriptors = field_descriptors(layout.fields)
+            os.pwrite(fd, descriptors.tobytes(), layout.metadata_start - descriptors.nbytes)
+            fsync_dir(files.out)
+            t_pages = time.perf_counter()
+            tracker = self._pages(fd, done)
+            page_seconds = time.perf_counter() - t_pages
+            finish_file(fd, files, layout, self._manifest(tracker), tracker.digests)
         finally:
-            _close_worker_fd()
-        return
-    ctx = mp.get_context("fork")
-    with ctx.Pool(workers, initializer=_worker_init) as pool:
-        yield from pool.imap_unordered(_write_page, range(num_pages), chunksize=1)
+            os.close(fd)
+        self.journal.remove()
+        return self.report(tracker, page_seconds, len(done))
 
+    def _pages(self, fd: int, done: dict[int, tuple[int, bytes]]) -> _Tracker:
+        from tqdm import tqdm
 
-def _close_worker_fd() -> None:
-    global _FD, _PAGE
-    if _FD is not None:
-        os.close(_FD)
-    _FD, _PAGE = None, None
+        plan = make_plan(self.src, self.layout, self.order, set(done), self.workers)
+        tracker = _Tracker(self.journal, fd, plan, done)
+        tracker.page_size, tracker.data_start = self.layout.page_size, self.layout.data_start
+        n = self.layout.num_samples
+        job = Job(self.src, self.layout, self.conv, self.files.partial, self.order)
+        job.inherited_fds = (self.journal.fd, fd)
+        set_job(job)
+        try:
+            with tqdm(
+                total=n,
+                initial=max(0, n - sum(plan.samples)),
+                unit="pair",
+                disable=not self.progress,
+                file=sys.stderr,
+                desc=self.files.out.name,
+                dynamic_ncols=True,
+            ) as tracker.bar:
+                workers = min(self.workers, len(plan.tasks))
+                run_tasks(run_task, plan.tasks, workers, tracker.on_done, initializer=worker_init)
+            tracker.flush()
+        except BaseException as e:
+            raise self._failed(e, tracker, fd) from None
+        finally:
+            set_job(None)
+        return tracker
 
+    def _failed(self, e: BaseException, tracker: _Tracker, fd: int) -> BaseException:
+        """The error to raise after the page phase failed, saying what was kept."""
+        try:
+            tracker.flush()
+        except (OSError, SourceError):
+            tracker.digests.clear()  # unsure what is durable: keep nothing
+        out, partial = self.files.out, self.files.partial
+        if tracker.digests:
+            note = (
+                f"{partial.name} kept with {len(tracker.digests)} of {self.layout.num_pages} "
+                f"pages written: rerun with --resume to continue"
+            )
+        else:
+            partial.unlink(missing_ok=True)
+            self.journal.remove()
+            note = "nothing was kept"
+        if isinstance(e, KeyboardInterrupt):
+            return WriteInterrupted(signal.SIGINT, f"{out}: interrupted by Ctrl-C; {note}")
+        if isinstance(e, WriteInterrupted):
+            name = signal.Signals(e.signum).name
+            return WriteInterrupted(e.signum, f"{out}: interrupted by {name}; {note}")
+        if isinstance(e, WriteError):
+            return WriteError(f"{out}: {e}; {note}")
+        if isinstance(e, SourceError):
+            return SourceError(f"{e} ({note})")
+        return e
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _finish(layout: BetonLayout, fd: int) -> None:
-    """Allocation table, then the header: only now does the file look like a .beton."""
-    chunk = 1 << 20
-    for start in range(0, layout.num_samples, chunk):
-        stop = min(layout.num_samples, start + chunk)
-        rows = layout.alloc_rows(start, stop)
-        os.pwrite(fd, rows.tobytes(), layout.alloc_table_ptr + 2 * start * rows.itemsize)
-    os.fsync(fd)
-    os.pwrite(fd, layout.header().tobytes(), 0)
-    os.fsync(fd)
+    def _manifest(self, tracker: _Tracker) -> Manifest:
+        layout = self.layout
+        return Manifest(
+            schema=layout.schema.to_json(),
+            num_samples=layout.num_samples,
+            page_size=layout.page_size,
+            file_size=layout.file_size,
+            block_crc32="",
+            source=self.src.describe(),
+            data_start=layout.data_start,
+            samples_per_page=layout.samples_per_page,
+            writer_version=__version__,
+            store_dtype=self.conv.store,
+            shuffle_seed=None if self.order is None else self.order.seed,
+            permutation=None if self.order is None else PERMUTATION,
+        )
 
 
 def write_pairs(
@@ -221,6 +284,8 @@ def write_pairs(
     store_dtype: StoreDtype | None = None,
     limit: int | None = None,
     progress: bool = True,
+    resume: bool = False,
+    shuffle_seed: int | None = None,
 ) -> WriteReport:
     """Write ``source`` to the `.beton` at ``path`` plus its ``path.json`` checksum sidecar.
 
@@ -235,83 +300,49 @@ def write_pairs(
             that would change a value. Default: store the source dtype exactly.
         limit: Write only the first ``limit`` samples.
         progress: Show a progress bar (samples/s and ETA) on stderr.
+        resume: Continue an interrupted conversion of the same source with the same
+            settings, keeping its finished pages (starts afresh when there is none).
+        shuffle_seed: Write the samples in the seeded order of
+            :class:`~ffcv_pairs.write.permute.Permutation` instead of source order.
 
     Raises:
-        SourceError: bad input; the message names the file or index.
+        SourceError: bad input, a changed source on resume, or another writer on
+            ``path``; the message names the file or index.
+        WriteError: a worker died or hung; WriteInterrupted: SIGTERM or Ctrl-C. Both
+            say whether ``resume=True`` can continue.
         ValueError: a bad argument.
     """
-    global _JOB
     t0 = time.perf_counter()
     src = as_source(source)
-    n = len(src) if limit is None else min(len(src), int(limit))
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
+    n = len(src) if limit is None else min(len(src), int(limit))
     if n == 0:
         raise SourceError(f"{src.describe()}: source is empty")
     workers = workers if workers is not None else len(os.sched_getaffinity(0))
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    conv = _Converter(store_dtype)
+    conv = Converter(store_dtype)
     schema = conv.infer(src)
     layout = BetonLayout(schema, n, int(page_size))
-
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
-    done = False
-    try:
+    order = None if shuffle_seed is None else Permutation(n, shuffle_seed)
+    if isinstance(src, BatchedSource):
+        src.release()  # workers load their own batch files
+    fingerprint = src.fingerprint() | {
+        "samples written": n,
+        "schema": schema.to_json(),
+        "page size": layout.page_size,
+        "store dtype": store_dtype,
+        "shuffle seed": shuffle_seed,
+    }
+    files = Outputs.of(Path(path))
+    files.out.parent.mkdir(parents=True, exist_ok=True)
+    with signals_as_exceptions():
+        journal = Journal.acquire(journal_path(files.out), files.out)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SourceError(f"{partial}: another writer is writing this file") from None
-        os.ftruncate(fd, 0)
-        os.ftruncate(fd, layout.file_size)
-        descriptors = field_descriptors(layout.fields)
-        os.pwrite(fd, descriptors.tobytes(), layout.metadata_start - descriptors.nbytes)
-        _JOB = _Job(src, layout, conv, partial)
-        from tqdm import tqdm
-
-        with tqdm(
-            total=n,
-            unit="pair",
-            disable=not progress,
-            file=sys.stderr,
-            desc=out.name,
-            dynamic_ncols=True,
-        ) as bar:
-            for count in _run_pages(layout.num_pages, min(workers, layout.num_pages)):
-                bar.update(count)
-        _finish(layout, fd)
-        crcs, sha = hash_file(partial, layout.page_size)
-        manifest = Manifest(
-            schema=schema.to_json(),
-            num_samples=n,
-            page_size=layout.page_size,
-            file_size=layout.file_size,
-            block_crc32=Manifest.encode_crcs(crcs),
-            sha256=sha,
-            source=src.describe(),
-            data_start=layout.data_start,
-            samples_per_page=layout.samples_per_page,
-            writer_version=__version__,
-            store_dtype=store_dtype,
-        )
-        sidecar = manifest_path(out)
-        sidecar_partial = sidecar.with_name(sidecar.name + ".partial")
-        manifest.save(sidecar_partial)
-        # A stale sidecar must never sit next to the new file: drop it first.
-        sidecar.unlink(missing_ok=True)
-        os.replace(partial, out)
-        os.replace(sidecar_partial, sidecar)
-        _fsync_dir(out)
-        done = True
-    finally:
-        _JOB = None
-        os.close(fd)
-        if not done:
-            partial.unlink(missing_ok=True)
-            manifest_path(out).with_name(manifest_path(out).name + ".partial").unlink(
-                missing_ok=True
+            conversion = _Conversion(
+                src, layout, conv, order, files, journal, fingerprint, workers, progress, t0
             )
-    return WriteReport(out, sidecar, schema, n, layout.file_size, time.perf_counter() - t0)
+            return conversion.run(resume)
+        finally:
+            journal.close()

@@ -1,0 +1,172 @@
+"""Finding the ``.pt`` files of several splits in one directory scan.
+
+At the users' scale a folder holds millions of files, so :func:`scan` reads the
+directory once (``os.scandir``) for every split and keeps one int64 per matching
+file, never a table as large as the largest index: a stray name such as
+``train_labels_99999999999.pt`` costs eight bytes and then one line of error.
+
+Names: ``{split}_A_images_{i}.pt``, ``{split}_B_images_{i}.pt``,
+``{split}_labels_{i}.pt`` (per-sample) and ``{split}_batch_{k}.pt`` (batched).
+Indices may be zero-padded (``train_A_images_0000042.pt``) if every name of the
+same split and kind has the same number of digits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .sources import SourceError
+
+__all__ = ["PER_SAMPLE_KINDS", "FileFamily", "SplitFiles", "scan"]
+
+PER_SAMPLE_KINDS = ("A_images", "B_images", "labels")
+_BATCH = "batch"
+_MAX_DIGITS = 18  # larger indices do not fit an int64: out of range for any folder
+_SHOW = 5  # missing indices listed in an error
+
+
+@dataclass
+class FileFamily:
+    """The files of one split and kind: their indices and how the names are padded.
+
+    Attributes:
+        root: The directory.
+        prefix: The name before the index, e.g. ``train_A_images_``.
+        indices: One int64 per file found, in directory order.
+        width: Digits of every index when zero-padded, else 0.
+    """
+
+    root: Path
+    prefix: str
+    indices: array = field(default_factory=lambda: array("q"))
+    width: int = 0
+    _lengths: dict[int, str] = field(default_factory=dict)  # digits -> an example name
+
+    def name(self, i: int) -> str:
+        return f"{self.prefix}{str(i).zfill(self.width)}.pt"
+
+    def path(self, i: int) -> Path:
+        return self.root / self.name(i)
+
+    def add(self, digits: str, name: str) -> None:
+        if len(digits) > _MAX_DIGITS:
+            raise SourceError(f"{self.root / name}: index {digits} is out of range")
+        self._lengths.setdefault(len(digits), name)
+        if len(digits) > 1 and digits[0] == "0":
+            if self.width and self.width != len(digits):
+                other = self._lengths[self.width]
+                raise SourceError(
+                    f"{self.root / name}: zero-padded to {len(digits)} digits but "
+                    f"{other} to {self.width}; padding must be consistent"
+                )
+            self.width = len(digits)
+        self.indices.append(int(digits))
+
+    def check_padding(self) -> None:
+        """Padded names all have ``width`` digits (checked once all names are in)."""
+        if self.width and len(self._lengths) > 1:
+            odd = next(n for d, n in sorted(self._lengths.items()) if d != self.width)
+            raise SourceError(
+                f"{self.root / odd}: not zero-padded like {self._lengths[self.width]} "
+                f"({self.width} digits); padding must be consistent"
+            )
+
+    def sorted_indices(self) -> np.ndarray:
+        return np.sort(np.frombuffer(self.indices, dtype=np.int64))
+
+
+@dataclass
+class SplitFiles:
+    """What :func:`scan` found for one split."""
+
+    root: Path
+    split: str
+    kinds: dict[str, FileFamily]
+
+    @property
+    def layouts(self) -> list[str]:
+        found = []
+        if any(k in self.kinds for k in PER_SAMPLE_KINDS):
+            found.append("per-sample")
+        if _BATCH in self.kinds:
+            found.append("batched")
+        return found
+
+    def family(self, kind: str) -> FileFamily:
+        return self.kinds.get(kind) or FileFamily(self.root, f"{self.split}_{kind}_")
+
+    def complete_count(self, kinds: tuple[str, ...], what: str) -> int:
+        """The ``n`` for which every kind has exactly indices ``0..n-1``, or a SourceError.
+
+        A name whose index no kind has enough files to reach is out of range; a
+        gap below is missing. Both errors name a file; memory is bounded by the
+        number of files found.
+        """
+        families = [self.family(k) for k in kinds]
+        for fam in families:
+            fam.check_padding()
+        n = max(len(f.indices) for f in families)
+        if n == 0:
+            raise SourceError(f"{self.root}: no {what} files for split {self.split!r}")
+        missing: list[tuple[int, str]] = []
+        total = 0
+        for fam in families:
+            idx = fam.sorted_indices()
+            if len(idx) and idx[-1] >= n:
+                raise SourceError(
+                    f"{fam.path(int(idx[-1]))}: index {int(idx[-1])} is out of range: there "
+                    f"are at most {n} {what} files of each kind, so indices stop at {n - 1}"
+                )
+            gaps = np.setdiff1d(np.arange(n, dtype=np.int64), idx, assume_unique=True)
+            total += len(gaps)
+            missing += [(int(i), fam.prefix) for i in gaps[:_SHOW]]
+        if total:
+            missing.sort()
+            first = self.root / next(
+                f.name(missing[0][0]) for f in families if f.prefix == missing[0][1]
+            )
+            shown = ", ".join(f"{p}{i}" for i, p in missing[:_SHOW])
+            more = ", ..." if total > _SHOW else ""
+            raise SourceError(
+                f"{first}: missing; {total} {what} file(s) missing in all ({shown}{more}); "
+                f"{what} files must cover indices 0..{n - 1} for {', '.join(kinds)}"
+            )
+        return n
+
+
+def scan(
+    root: str | os.PathLike[str], splits: list[str] | tuple[str, ...]
+) -> dict[str, SplitFiles]:
+    """One ``os.scandir`` pass over ``root`` for every split in ``splits``.
+
+    Raises:
+        SourceError: ``root`` is not a directory, or a name has an index that cannot
+            be right (too many digits, inconsistent zero-padding).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise SourceError(f"{root}: not a directory")
+    if not splits:
+        raise ValueError("scan: give at least one split")
+    alternatives = "|".join(re.escape(s) for s in sorted(set(splits), key=len, reverse=True))
+    kinds = "|".join((*PER_SAMPLE_KINDS, _BATCH))
+    pattern = re.compile(rf"^({alternatives})_({kinds})_(\d+)\.pt$")
+    found = {s: SplitFiles(root, s, {}) for s in splits}
+    with os.scandir(root) as entries:
+        for entry in entries:
+            m = pattern.match(entry.name)
+            if m is None:
+                continue
+            split, kind, digits = m.groups()
+            families = found[split].kinds
+            fam = families.get(kind)
+            if fam is None:
+                fam = families[kind] = FileFamily(root, f"{split}_{kind}_")
+            fam.add(digits, entry.name)
+    return found

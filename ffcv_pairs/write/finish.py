@@ -1,0 +1,126 @@
+"""The writer's last steps: tables, header, sidecar, renames; and finishing them on resume.
+
+Order, chosen so that a kill at any point leaves either the old ``OUT`` or the new
+one, never a mix, and a ``--resume`` that can tell which step was reached:
+
+1. allocation table, fsync, header, fsync (only now is ``OUT.partial`` readable);
+2. digest the header/metadata and allocation-table blocks (read back: about 72
+   bytes per sample) and derive the whole-file digest from all block digests;
+3. ``OUT.json.partial``, fsynced; remove the old ``OUT.json``;
+4. rename ``OUT.partial`` to ``OUT``, then ``OUT.json.partial`` to ``OUT.json``;
+   fsync the directory; the caller then removes the journal.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..format.layout import BetonLayout
+from ..format.sidecar import Manifest, block_digest, manifest_path, root_digest
+from .testhook import hook
+
+__all__ = ["Outputs", "complete_renames", "finish_file", "fsync_dir"]
+
+PageDigests = dict[int, tuple[int, bytes]]
+_ALLOC_CHUNK = 1 << 20  # samples per slice of the allocation table
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The files of one conversion to ``out``."""
+
+    out: Path
+    partial: Path
+    sidecar: Path
+    sidecar_partial: Path
+
+    @classmethod
+    def of(cls, out: Path) -> Outputs:
+        sidecar = manifest_path(out)
+        return cls(
+            out,
+            out.with_name(out.name + ".partial"),
+            sidecar,
+            sidecar.with_name(sidecar.name + ".partial"),
+        )
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _table_blocks(layout: BetonLayout) -> list[int]:
+    """Blocks that hold the header, field table, metadata and allocation table."""
+    ps = layout.page_size
+    head = range(layout.data_start // ps)
+    tail = range(layout.alloc_table_ptr // ps, -(-layout.file_size // ps))
+    return [*head, *tail]
+
+
+def finish_file(
+    fd: int, files: Outputs, layout: BetonLayout, manifest: Manifest, pages: PageDigests
+) -> None:
+    """Steps 1-4 of the module docstring; ``pages`` holds every data page's digests."""
+    for start in range(0, layout.num_samples, _ALLOC_CHUNK):
+        stop = min(layout.num_samples, start + _ALLOC_CHUNK)
+        rows = layout.alloc_rows(start, stop)
+        os.pwrite(fd, rows.tobytes(), layout.alloc_table_ptr + 2 * start * rows.itemsize)
+    os.fsync(fd)
+    os.pwrite(fd, layout.header().tobytes(), 0)
+    os.fsync(fd)
+    hook("finish")
+    ps = layout.page_size
+    blocks: PageDigests = {}
+    for b in _table_blocks(layout):
+        d = block_digest(os.pread(fd, ps, b * ps))
+        blocks[b] = (d.crc32, d.sha256)
+    first_page = layout.data_start // ps
+    blocks |= {first_page + p: d for p, d in pages.items()}
+    order = sorted(blocks)
+    assert order == list(range(len(order))), "a block of the file has no digest"
+    manifest.block_crc32 = Manifest.encode_crcs([blocks[b][0] for b in order])
+    manifest.root_sha256 = root_digest(blocks[b][1] for b in order)
+    manifest.save(files.sidecar_partial)
+    # A stale sidecar must never sit next to the new file: drop it first.
+    files.sidecar.unlink(missing_ok=True)
+    os.replace(files.partial, files.out)
+    hook("rename")
+    os.replace(files.sidecar_partial, files.sidecar)
+    fsync_dir(files.out)
+    hook("sidecar")
+
+
+def _matches(manifest_file: Path, files: Outputs, layout: BetonLayout, pages: PageDigests) -> bool:
+    """Whether ``manifest_file`` describes the file this journal's run renamed to ``OUT``."""
+    try:
+        m = Manifest.load(manifest_file)
+    except ValueError:
+        return False
+    if m.file_size != files.out.stat().st_size or m.num_samples != layout.num_samples:
+        return False
+    if len(pages) != layout.num_pages:
+        return False
+    crcs = m.crcs()
+    first = layout.data_start // layout.page_size
+    return all(crcs[first + p] == crc for p, (crc, _) in pages.items())
+
+
+def complete_renames(files: Outputs, layout: BetonLayout, pages: PageDigests) -> bool:
+    """Finish step 4 of a run killed after renaming ``OUT.partial``; False if it was not."""
+    if not files.out.exists():
+        return False
+    if files.sidecar_partial.exists() and _matches(files.sidecar_partial, files, layout, pages):
+        os.replace(files.sidecar_partial, files.sidecar)
+        fsync_dir(files.out)
+        return True
+    return (
+        not files.sidecar_partial.exists()
+        and files.sidecar.exists()
+        and _matches(files.sidecar, files, layout, pages)
+    )

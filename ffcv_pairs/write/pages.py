@@ -1,0 +1,277 @@
+"""What the writer's workers do: fill data pages, write them at their final offsets and
+digest them.
+
+A task is one of (see :mod:`~ffcv_pairs.write.plan`):
+
+* ``("pages", p0, p1)``, *gather*: for each data page, read the samples that land
+  on it (in source order, or ``Permutation.source_of`` when shuffled), assemble
+  the page, ``pwrite`` it with its metadata rows and return its CRC32 and SHA-256.
+* ``("files", k0, k1)``, *scatter*, for batched sources: load batch files
+  ``k0 .. k1-1`` one at a time, each once, and write each sample where it lands.
+  Pages that lie wholly inside the range are written and digested whole; the
+  pages at either end, shared with the neighbouring range, get only this range's
+  slots, and the writer digests them once every range touching them is done.
+
+The job (source, layout, converter) is inherited through ``fork``, never pickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..format.layout import BetonLayout
+from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema
+from ..format.sidecar import block_digest
+from .batched import BatchedSource
+from .permute import Permutation
+from .sources import PairSource, SourceError, cast_to_store, to_array, to_label
+from .testhook import hook
+
+__all__ = ["Converter", "Job", "TaskResult", "pwrite_all", "run_task", "set_job", "worker_init"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+class Converter:
+    """Turns raw values into arrays of the schema, naming the file on any mismatch."""
+
+    def __init__(self, store_dtype: str | None):
+        if store_dtype is not None and store_dtype not in ("uint8", "float16"):
+            raise ValueError(f"store_dtype must be None, 'uint8' or 'float16', got {store_dtype!r}")
+        self.store = store_dtype
+
+    def image(self, value: Any, where: str) -> np.ndarray:
+        return cast_to_store(to_array(value, where), self.store, where)
+
+    def infer(self, source: PairSource) -> PairSchema:
+        """The schema of sample 0, refusing what cannot be stored."""
+        raw = source.read(0)
+        specs = []
+        for value, name in zip(raw[:2], PairSchema.IMAGE_FIELDS):
+            where = source.where(0, name)
+            arr = self.image(value, where)
+            if arr.dtype.name not in SUPPORTED_DTYPES:
+                hint = " (or --store-dtype uint8 / float16)" if arr.dtype.kind in "iuf" else ""
+                raise SourceError(
+                    f"{where}: dtype {arr.dtype} is not supported; store "
+                    f"{'/'.join(SUPPORTED_DTYPES)}{hint}"
+                )
+            if arr.ndim == 0 or arr.size == 0:
+                raise SourceError(f"{where}: expected a non-empty array, got shape {arr.shape}")
+            specs.append(ArraySpec(arr.shape, arr.dtype.name))
+        to_label(raw[2], source.where(0, PairSchema.LABEL_FIELD))
+        return PairSchema(a=specs[0], b=specs[1])
+
+    def check(self, arr: np.ndarray, spec: ArraySpec, where: str, batched: bool = False) -> None:
+        shape = arr.shape[1:] if batched else arr.shape
+        if shape != spec.shape or arr.dtype != spec.np_dtype:
+            raise SourceError(
+                f"{where}: {arr.dtype}{list(shape)} differs from sample 0 "
+                f"({spec.describe()}); every sample must match"
+            )
+
+    def sample_bytes(
+        self, value: Any, spec: ArraySpec, src: PairSource, i: int, part: str
+    ) -> np.ndarray:
+        """The bytes of one image; names the file (built only then) when it does not fit."""
+        if type(value) is np.ndarray and value.dtype == spec.np_dtype and value.shape == spec.shape:
+            return value.reshape(-1).view(np.uint8)
+        where = src.where(i, part)
+        arr = self.image(value, where)
+        self.check(arr, spec, where)
+        return arr.reshape(-1).view(np.uint8)
+
+    @staticmethod
+    def label(value: Any, src: PairSource, i: int) -> int:
+        fast = type(value) is np.ndarray and value.dtype.kind in "iu" and value.size == 1
+        if fast and value.ndim <= 1:
+            return int(value.reshape(()))
+        return to_label(value, src.where(i, PairSchema.LABEL_FIELD))
+
+
+@dataclass
+class Job:
+    """What a worker process needs; ``inherited_fds`` are the parent's, closed in workers."""
+
+    source: PairSource
+    layout: BetonLayout
+    converter: Converter
+    partial: Path
+    order: Permutation | None
+    parent: int = field(default_factory=os.getpid)
+    inherited_fds: tuple[int, ...] = ()
+
+
+class TaskResult(NamedTuple):
+    """What a task did: samples written, ``(page, crc32, sha256)`` of each page it
+    wrote whole, and ``(fast, torch.load)`` ``.pt`` reads."""
+
+    samples: int
+    pages: list[tuple[int, int, bytes]]
+    reads: tuple[int, int]
+
+
+_JOB: Job | None = None
+_FD: int | None = None
+_PAGE: np.ndarray | None = None
+
+
+def set_job(job: Job | None) -> None:
+    """Install the job before the workers fork (or run tasks in-process); None clears it."""
+    global _JOB, _FD, _PAGE
+    if _FD is not None:
+        os.close(_FD)
+    _JOB, _FD, _PAGE = job, None, None
+
+
+def worker_init() -> None:
+    """In a fresh worker: default SIGTERM, no SIGINT (the parent handles Ctrl-C), die
+    with the parent, and drop the parent's file descriptors."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Not on Linux: a killed parent leaves its workers to finish their task.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    job = _JOB
+    if job is not None:
+        if os.getppid() != job.parent:
+            os._exit(1)  # the parent died before prctl took effect
+        for fd in job.inherited_fds:
+            os.close(fd)
+
+
+def pwrite_all(fd: int, data: Any, offset: int) -> None:
+    """``os.pwrite`` that raises instead of writing less than asked."""
+    view = memoryview(data).cast("B")
+    written = os.pwrite(fd, view, offset)
+    if written != len(view):
+        raise OSError(f"short write: {written} of {len(view)} bytes at offset {offset}")
+
+
+def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
+    """Assemble data page ``page`` into ``buf``; returns the labels of its samples."""
+    layout, conv, src = job.layout, job.converter, job.source
+    schema = layout.schema
+    start, stop = layout.page_samples(page)
+    k, na, sb = stop - start, schema.a.nbytes, schema.sample_bytes
+    slots = buf[: k * sb].reshape(k, sb)
+    a_name, b_name = schema.IMAGE_FIELDS
+    block = src.read_arrays(start, stop) if job.order is None else None
+    if block is not None:
+        a = conv.image(block[0], f"{src.describe()}.{a_name}[{start}:{stop}]")
+        b = conv.image(block[1], f"{src.describe()}.{b_name}[{start}:{stop}]")
+        conv.check(a, schema.a, f"{src.describe()}.{a_name}", batched=True)
+        conv.check(b, schema.b, f"{src.describe()}.{b_name}", batched=True)
+        slots[:, :na] = a.reshape(k, -1).view(np.uint8)
+        slots[:, na:] = b.reshape(k, -1).view(np.uint8)
+        labels = np.asarray(block[2], dtype=np.int64)
+    else:
+        ids = (
+            range(start, stop)
+            if job.order is None
+            else job.order.source_of(np.arange(start, stop)).tolist()
+        )
+        labels = np.empty(k, dtype=np.int64)
+        for j, i in enumerate(ids):
+            a, b, label = src.read(i)
+            slots[j, :na] = conv.sample_bytes(a, schema.a, src, i, a_name)
+            slots[j, na:] = conv.sample_bytes(b, schema.b, src, i, b_name)
+            labels[j] = conv.label(label, src, i)
+    buf[k * sb :] = 0
+    return labels
+
+
+def _write_pages(job: Job, fd: int, buf: np.ndarray, p0: int, p1: int) -> TaskResult:
+    layout = job.layout
+    done = []
+    samples = 0
+    for page in range(p0, p1):
+        hook("page", page)
+        labels = _gather(job, page, buf)
+        pwrite_all(fd, buf, layout.data_start + page * layout.page_size)
+        start, _ = layout.page_samples(page)
+        rows = layout.metadata_rows(start, labels)
+        pwrite_all(fd, rows, layout.metadata_start + start * rows.itemsize)
+        d = block_digest(buf.data)
+        done.append((page, d.crc32, d.sha256))
+        samples += len(labels)
+    return TaskResult(samples, done, (0, 0))
+
+
+def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult:
+    """Write batch files ``k0 .. k1-1`` (each loaded once) where their samples land."""
+    src, layout, conv = job.source, job.layout, job.converter
+    assert isinstance(src, BatchedSource), "scatter tasks need a batched source"
+    schema, spp = layout.schema, layout.samples_per_page
+    na, sb = schema.a.nbytes, schema.sample_bytes
+    a_name, b_name = schema.IMAGE_FIELDS
+    n = layout.num_samples  # less than the source's length under --limit
+    s0, s1 = int(src.offsets[k0]), min(n, int(src.offsets[k1]))
+    labels = np.empty(spp, dtype=np.int64)
+    done: list[tuple[int, int, bytes]] = []
+
+    def flush(page: int, lo: int, hi: int) -> None:
+        start, stop = layout.page_samples(page)
+        at = layout.data_start + page * layout.page_size
+        if job.order is None and start >= s0 and stop <= s1:  # ours alone: write, digest
+            buf[(stop - start) * sb :] = 0
+            pwrite_all(fd, buf, at)
+            d = block_digest(buf.data)
+            done.append((page, d.crc32, d.sha256))
+        else:
+            pwrite_all(fd, buf[lo * sb : hi * sb], at + lo * sb)
+        rows = layout.metadata_rows(start + lo, labels[lo:hi])
+        pwrite_all(fd, rows, layout.metadata_start + (start + lo) * rows.itemsize)
+
+    page, lo, hi = -1, 0, 0
+    for k in range(k0, k1):
+        data = src.read_file(k)
+        base = int(src.offsets[k])
+        count = min(len(data), n - base)
+        dest = None if job.order is None else job.order.position_of(np.arange(base, base + count))
+        for j in range(count):
+            i = base + j
+            a, b, label = src.item(data, k, j)
+            d = i if dest is None else int(dest[j])
+            p, slot = divmod(d, spp)
+            if p != page or dest is not None:
+                if page >= 0:
+                    flush(page, lo, hi)
+                page, lo = p, slot
+            buf[slot * sb : slot * sb + na] = conv.sample_bytes(a, schema.a, src, i, a_name)
+            buf[slot * sb + na : (slot + 1) * sb] = conv.sample_bytes(b, schema.b, src, i, b_name)
+            labels[slot] = conv.label(label, src, i)
+            hi = slot + 1
+        del data
+    if page >= 0:
+        flush(page, lo, hi)
+    return TaskResult(s1 - s0, done, (0, 0))
+
+
+def run_task(task: tuple[str, int, int]) -> TaskResult:
+    """Run one task of the installed job (in a worker, or in-process)."""
+    global _FD, _PAGE
+    job = _JOB
+    assert job is not None, "no job installed"
+    if _FD is None:
+        _FD = os.open(job.partial, os.O_WRONLY)
+    if _PAGE is None:
+        _PAGE = np.zeros(job.layout.page_size, dtype=np.uint8)
+    kind, lo, hi = task
+    before = job.source.read_stats()
+    if kind == "pages":
+        result = _write_pages(job, _FD, _PAGE, lo, hi)
+    else:
+        assert isinstance(job.source, BatchedSource)
+        hook("page", int(job.source.offsets[lo]) // job.layout.samples_per_page)
+        result = _scatter(job, _FD, _PAGE, lo, hi)
+    after = job.source.read_stats()
+    return result._replace(reads=(after[0] - before[0], after[1] - before[1]))

@@ -135,9 +135,10 @@ def test_manifest_matches_file(tmp_path: Path) -> None:
     blocks = [data[i : i + m.page_size] for i in range(0, len(data), m.page_size)]
     # The definition: CRC32 per block; SHA-256 over the blocks' SHA-256 digests, in order.
     assert m.crcs() == [zlib.crc32(blk) for blk in blocks]
-    assert m.root_sha256 == hashlib.sha256(
-        b"".join(hashlib.sha256(blk).digest() for blk in blocks)
-    ).hexdigest()
+    assert (
+        m.root_sha256
+        == hashlib.sha256(b"".join(hashlib.sha256(blk).digest() for blk in blocks)).hexdigest()
+    )
     assert m.format == "ffcv-pairs-manifest/2" and m.sha256 == ""
     assert m.file_size == report.path.stat().st_size
     assert m.schema == report.schema.to_json()

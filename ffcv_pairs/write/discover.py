@@ -104,38 +104,42 @@ class SplitFiles:
     def complete_count(self, kinds: tuple[str, ...], what: str) -> int:
         """The ``n`` for which every kind has exactly indices ``0..n-1``, or a SourceError.
 
-        A name whose index no kind has enough files to reach is out of range; a
-        gap below is missing. Both errors name a file; memory is bounded by the
-        number of files found.
+        ``n`` is one past the largest index found, unless that index is at least twice
+        the most files found of one kind: such a name is out of range (a stray), not
+        the end of a range with half its files missing. Both errors name a file, and
+        memory stays bounded by the number of files found.
         """
         families = [self.family(k) for k in kinds]
         for fam in families:
             fam.check_padding()
-        n = max(len(f.indices) for f in families)
-        if n == 0:
+        most = max(len(f.indices) for f in families)
+        if most == 0:
             raise SourceError(f"{self.root}: no {what} files for split {self.split!r}")
-        missing: list[tuple[int, str]] = []
+        sorted_idx = [f.sorted_indices() for f in families]
+        top, fam = max(
+            ((int(idx[-1]), f) for idx, f in zip(sorted_idx, families) if len(idx)),
+            key=lambda pair: pair[0],
+        )
+        if top >= 2 * most:
+            raise SourceError(
+                f"{fam.path(top)}: index {top} is out of range: at most {most} {what} files "
+                f"of each kind were found, so indices should stop at {most - 1}"
+            )
+        n = top + 1
+        missing: list[tuple[int, FileFamily]] = []
         total = 0
-        for fam in families:
-            idx = fam.sorted_indices()
-            if len(idx) and idx[-1] >= n:
-                raise SourceError(
-                    f"{fam.path(int(idx[-1]))}: index {int(idx[-1])} is out of range: there "
-                    f"are at most {n} {what} files of each kind, so indices stop at {n - 1}"
-                )
+        for idx, fam in zip(sorted_idx, families):
             gaps = np.setdiff1d(np.arange(n, dtype=np.int64), idx, assume_unique=True)
             total += len(gaps)
-            missing += [(int(i), fam.prefix) for i in gaps[:_SHOW]]
+            missing += [(int(i), fam) for i in gaps[:_SHOW]]
         if total:
-            missing.sort()
-            first = self.root / next(
-                f.name(missing[0][0]) for f in families if f.prefix == missing[0][1]
-            )
-            shown = ", ".join(f"{p}{i}" for i, p in missing[:_SHOW])
+            missing.sort(key=lambda m: m[0])
+            shown = ", ".join(f"{f.prefix}{i}" for i, f in missing[:_SHOW])
             more = ", ..." if total > _SHOW else ""
             raise SourceError(
-                f"{first}: missing; {total} {what} file(s) missing in all ({shown}{more}); "
-                f"{what} files must cover indices 0..{n - 1} for {', '.join(kinds)}"
+                f"{missing[0][1].path(missing[0][0])}: missing; {total} {what} file(s) missing "
+                f"in all ({shown}{more}); {what} files must cover indices 0..{n - 1} "
+                f"for {', '.join(kinds)}"
             )
         return n
 

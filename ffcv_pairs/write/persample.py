@@ -66,12 +66,13 @@ class PerSampleSource(PairSource):
     def _read_one(self, kind: int, i: int) -> Any:
         template = self._templates[kind]  # type: ignore[index]
         path = self.path(kind, i)
-        if template is not None:
+        if template is None:
+            self._plain_loads += 1
+        else:
             try:
                 return read_tensor(path, template)
-            except (ValueError, OSError):
-                pass  # torch.load below names the problem as today
-        self._plain_loads += 1
+            except (ValueError, OSError):  # counted; torch.load below names the problem
+                pass
         return load_pt(path)
 
     def __len__(self) -> int:

@@ -99,13 +99,17 @@ def test_resume_refuses_a_changed_source_or_setting(
     assert (out / "train.beton").read_bytes() == reference
 
 
-def test_resume_without_an_interrupted_run_writes_afresh(
+def test_resume_without_an_interrupted_run_writes_afresh_or_keeps_a_finished_file(
     capsys, tmp_path: Path, src: Path, reference: bytes
 ) -> None:
     out = tmp_path / "out"
     printed = _resume(capsys, src, out)
     assert "resumed" not in printed
     assert (out / "train.beton").read_bytes() == reference
+    inode = (out / "train.beton").stat().st_ino
+    assert "resumed: kept 12 of 12 pages" in _resume(capsys, src, out)  # e.g. the first split
+    assert (out / "train.beton").stat().st_ino == inode
+    assert sorted(p.name for p in out.iterdir()) == ["train.beton", "train.beton.json"]
 
 
 def test_bad_file_mid_write_keeps_a_resumable_partial(

@@ -107,6 +107,8 @@ class Manifest:
             order). Position ``j`` holds source sample
             ``Permutation(num_samples, shuffle_seed).source_of(j)``.
         permutation: Name and version of that permutation (``feistel-mix64/1``).
+        fingerprint: What identified the source and settings (see
+            :mod:`ffcv_pairs.write.journal`), so ``--resume`` can skip a finished file.
     """
 
     schema: dict[str, Any]
@@ -123,6 +125,7 @@ class Manifest:
     sha256: str = ""
     shuffle_seed: int | None = None
     permutation: str | None = None
+    fingerprint: dict[str, Any] | None = None
     format: str = MANIFEST_FORMAT
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..format.layout import BetonLayout
 from ..format.sidecar import Manifest, block_digest, manifest_path, root_digest
 from .testhook import hook
 
-__all__ = ["Outputs", "complete_renames", "finish_file", "fsync_dir"]
+__all__ = ["Outputs", "complete_renames", "finish_file", "fsync_dir", "up_to_date"]
 
 PageDigests = dict[int, tuple[int, bytes]]
 _ALLOC_CHUNK = 1 << 20  # samples per slice of the allocation table
@@ -124,3 +125,12 @@ def complete_renames(files: Outputs, layout: BetonLayout, pages: PageDigests) ->
         and files.sidecar.exists()
         and _matches(files.sidecar, files, layout, pages)
     )
+
+
+def up_to_date(files: Outputs, fingerprint: dict[str, Any]) -> bool:
+    """Whether ``OUT`` is a finished conversion with this fingerprint (its sidecar says so)."""
+    try:
+        m = Manifest.load(files.sidecar)
+    except ValueError:
+        return False
+    return m.fingerprint == fingerprint and m.file_size == files.out.stat().st_size

@@ -33,7 +33,7 @@ from ..format.layout import BetonLayout, field_descriptors
 from ..format.schema import PairSchema
 from ..format.sidecar import Manifest, block_digest
 from .batched import BatchedSource
-from .finish import Outputs, complete_renames, finish_file, fsync_dir
+from .finish import Outputs, complete_renames, finish_file, fsync_dir, up_to_date
 from .journal import Journal, journal_path, what_changed
 from .pages import Converter, Job, TaskResult, run_task, set_job, worker_init
 from .permute import PERMUTATION, Permutation
@@ -165,23 +165,33 @@ class _Conversion:
             None if self.order is None else self.order.seed,
         )  # fmt: skip
 
+    def _resumable(self) -> dict[int, tuple[int, bytes]] | None:
+        """The journaled pages to keep; None when the conversion turns out to be complete.
+
+        Raises:
+            SourceError: the journal's fingerprint differs from this run's.
+        """
+        files, layout = self.files, self.layout
+        old, done = self.journal.read()
+        if old is None:  # nothing interrupted: maybe a finished file of the same conversion
+            if files.out.exists() and up_to_date(files, self.fingerprint):
+                return None
+            return {}
+        change = what_changed(old, self.fingerprint)
+        if change is not None:
+            raise SourceError(
+                f"{files.out}: cannot resume: {change}; rerun without --resume to start over"
+            )
+        if not files.partial.exists():  # killed while renaming?
+            return None if complete_renames(files, layout, done) else {}
+        return done if files.partial.stat().st_size == layout.file_size else {}
+
     def run(self, resume: bool) -> WriteReport:
         layout, files = self.layout, self.files
-        done: dict[int, tuple[int, bytes]] = {}
-        if resume:
-            old, done = self.journal.read()
-            change = None if old is None else what_changed(old, self.fingerprint)
-            if change is not None:
-                raise SourceError(
-                    f"{files.out}: cannot resume: {change}; rerun without --resume to start over"
-                )
-            if old is not None and not files.partial.exists():
-                if complete_renames(files, layout, done):
-                    self.journal.remove()
-                    return self.report(None, 0.0, layout.num_pages)
-                done = {}
-            elif old is not None and files.partial.stat().st_size != layout.file_size:
-                done = {}
+        done = self._resumable() if resume else {}
+        if done is None:
+            self.journal.remove()
+            return self.report(None, 0.0, layout.num_pages)
         if not done:
             self.journal.start(self.fingerprint)
         fd = os.open(files.partial, os.O_RDWR | os.O_CREAT, 0o644)
@@ -195,7 +205,10 @@ class _Conversion:
             t_pages = time.perf_counter()
             tracker = self._pages(fd, done)
             page_seconds = time.perf_counter() - t_pages
-            finish_file(fd, files, layout, self._manifest(tracker), tracker.digests)
+            try:
+                finish_file(fd, files, layout, self._manifest(tracker), tracker.digests)
+            except BaseException as e:
+                raise self._failed(e, tracker) from None
         finally:
             os.close(fd)
         self.journal.remove()
@@ -225,12 +238,12 @@ class _Conversion:
                 run_tasks(run_task, plan.tasks, workers, tracker.on_done, initializer=worker_init)
             tracker.flush()
         except BaseException as e:
-            raise self._failed(e, tracker, fd) from None
+            raise self._failed(e, tracker) from None
         finally:
             set_job(None)
         return tracker
 
-    def _failed(self, e: BaseException, tracker: _Tracker, fd: int) -> BaseException:
+    def _failed(self, e: BaseException, tracker: _Tracker) -> BaseException:
         """The error to raise after the page phase failed, saying what was kept."""
         try:
             tracker.flush()
@@ -272,6 +285,7 @@ class _Conversion:
             store_dtype=self.conv.store,
             shuffle_seed=None if self.order is None else self.order.seed,
             permutation=None if self.order is None else PERMUTATION,
+            fingerprint=self.fingerprint,
         )
 
 

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from .lightning.model import SiamesePairClassifier
     from .load.loader import LoaderConfig, LoaderError, PairLoader, make_loader
     from .write.batched import BatchedSource
-    from .write.layouts import open_source
+    from .write.layouts import open_source, open_sources
     from .write.persample import PerSampleSource
+    from .write.pool import WriteError, WriteInterrupted
     from .write.sources import ArraySource, IndexedSource, PairSource, SourceError
     from .write.writer import WriteReport, write_pairs
 
@@ -56,9 +57,12 @@ _HOMES = {
     "PerSampleSource": "write.persample",
     "SiamesePairClassifier": "lightning.model",
     "SourceError": "write.sources",
+    "WriteError": "write.pool",
+    "WriteInterrupted": "write.pool",
     "WriteReport": "write.writer",
     "make_loader": "load.loader",
     "open_source": "write.layouts",
+    "open_sources": "write.layouts",
     "write_pairs": "write.writer",
 }
 
@@ -80,10 +84,13 @@ __all__ = [
     "PerSampleSource",
     "SiamesePairClassifier",
     "SourceError",
+    "WriteError",
+    "WriteInterrupted",
     "WriteReport",
     "__version__",
     "make_loader",
     "open_source",
+    "open_sources",
     "write_pairs",
 ]
 

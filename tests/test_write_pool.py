@@ -3,6 +3,7 @@ a .partial that --resume completes; a second writer on the same output is refuse
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import time
@@ -124,7 +125,7 @@ def test_run_tasks_gives_up_on_a_stuck_worker_and_stops_it() -> None:
     with pytest.raises(WriteError, match="no task finished in 1 s"):
         run_tasks(_task, [0, 1, 2, 3], 2, seen.__setitem__, stall_seconds=1.0)
     assert seen == {0: 0, 1: 1, 2: 4}
-    assert not [p for p in __import__("multiprocessing").active_children() if p.is_alive()]
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
 
 
 def test_run_tasks_passes_task_errors_through() -> None:

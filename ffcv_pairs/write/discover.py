@@ -77,8 +77,9 @@ class FileFamily:
                 f"({self.width} digits); padding must be consistent"
             )
 
-    def sorted_indices(self) -> np.ndarray:
-        return np.sort(np.frombuffer(self.indices, dtype=np.int64))
+    def as_array(self) -> np.ndarray:
+        """The indices found, without a copy."""
+        return np.frombuffer(self.indices, dtype=np.int64)
 
 
 @dataclass
@@ -115,9 +116,8 @@ class SplitFiles:
         most = max(len(f.indices) for f in families)
         if most == 0:
             raise SourceError(f"{self.root}: no {what} files for split {self.split!r}")
-        sorted_idx = [f.sorted_indices() for f in families]
         top, fam = max(
-            ((int(idx[-1]), f) for idx, f in zip(sorted_idx, families) if len(idx)),
+            ((int(f.as_array().max()), f) for f in families if len(f.indices)),
             key=lambda pair: pair[0],
         )
         if top >= 2 * most:
@@ -126,10 +126,12 @@ class SplitFiles:
                 f"of each kind were found, so indices should stop at {most - 1}"
             )
         n = top + 1
+        if all(len(f.indices) == n for f in families):
+            return n  # n distinct indices below n (names are unique once padding is): 0..n-1
         missing: list[tuple[int, FileFamily]] = []
         total = 0
-        for idx, fam in zip(sorted_idx, families):
-            gaps = np.setdiff1d(np.arange(n, dtype=np.int64), idx, assume_unique=True)
+        for fam in families:
+            gaps = np.setdiff1d(np.arange(n, dtype=np.int64), fam.as_array())
             total += len(gaps)
             missing += [(int(i), fam) for i in gaps[:_SHOW]]
         if total:

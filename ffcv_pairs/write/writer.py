@@ -159,11 +159,19 @@ class _Conversion:
     def report(self, tracker: _Tracker | None, page_seconds: float, kept: int) -> WriteReport:
         reads = tracker.reads if tracker is not None else [0, 0]
         return WriteReport(
-            self.files.out, self.files.sidecar, self.layout.schema, self.layout.num_samples,
-            self.layout.file_size, time.perf_counter() - self.t0, page_seconds,
-            self.layout.num_pages, reads[0], reads[1], kept,
-            None if self.order is None else self.order.seed,
-        )  # fmt: skip
+            path=self.files.out,
+            manifest=self.files.sidecar,
+            schema=self.layout.schema,
+            num_samples=self.layout.num_samples,
+            file_size=self.layout.file_size,
+            seconds=time.perf_counter() - self.t0,
+            page_seconds=page_seconds,
+            num_pages=self.layout.num_pages,
+            fast_reads=reads[0],
+            fallback_reads=reads[1],
+            pages_kept=kept,
+            shuffle_seed=None if self.order is None else self.order.seed,
+        )
 
     def _resumable(self) -> dict[int, tuple[int, bytes]] | None:
         """The journaled pages to keep; None when the conversion turns out to be complete.

@@ -61,6 +61,8 @@ class WriteReport:
             sample 0, and the final tables and renames).
         fast_reads / fallback_reads: ``.pt`` files read without / with ``torch.load``.
         pages_kept: Data pages taken over from an interrupted run (``resume=True``).
+        samples_written: Samples written by this call (fewer than ``num_samples`` when
+            resumed); the rate in :meth:`summary` counts these.
     """
 
     path: Path
@@ -75,9 +77,11 @@ class WriteReport:
     fallback_reads: int = 0
     pages_kept: int = 0
     shuffle_seed: int | None = None
+    samples_written: int | None = None
 
     def summary(self) -> str:
-        rate = self.num_samples / max(self.seconds, 1e-9)
+        written = self.num_samples if self.samples_written is None else self.samples_written
+        rate = written / max(self.seconds, 1e-9)
         share = self.page_seconds / max(self.seconds, 1e-9)
         parts = [
             f"wrote {self.path}: {self.num_samples} pairs ({self.schema.describe()}), "
@@ -103,6 +107,7 @@ class _Tracker:
         self.digests = dict(done)
         self.pending: list[tuple[int, int, bytes]] = []
         self.reads = [0, 0]
+        self.samples = 0
         self.every = 0.0 if active() else JOURNAL_SECONDS
         self.last = time.monotonic()
         self.bar: Any = None
@@ -129,6 +134,7 @@ class _Tracker:
             self._add(page, d.crc32, d.sha256)
         self.reads[0] += result.reads[0]
         self.reads[1] += result.reads[1]
+        self.samples += result.samples
         if self.bar is not None:
             self.bar.update(result.samples)
         if time.monotonic() - self.last >= self.every:
@@ -171,6 +177,7 @@ class _Conversion:
             fallback_reads=reads[1],
             pages_kept=kept,
             shuffle_seed=None if self.order is None else self.order.seed,
+            samples_written=tracker.samples if tracker is not None else 0,
         )
 
     def _resumable(self) -> dict[int, tuple[int, bytes]] | None:

@@ -111,17 +111,19 @@ def test_shuffle_round_trips_through_verify_and_inspect(capsys, tmp_path: Path, 
     assert "(source index" in capsys.readouterr().out
 
 
-def test_shuffled_batched_equals_shuffled_per_sample(tmp_path: Path, sources) -> None:
+@pytest.mark.parametrize(("seed", "limit"), [(11, None), (11, 30), (None, 30)])
+def test_batched_equals_per_sample(tmp_path: Path, sources, seed, limit) -> None:
+    """Gathered (per-sample) and scattered (batched, files cut by --limit) give one file."""
     per_sample, batched = sources
     for name, root, workers in [("p", per_sample, 2), ("b", batched, 2), ("b1", batched, 1)]:
         write_pairs(
             open_source(root, "train"), tmp_path / f"{name}.beton", workers=workers,
-            page_size=4096, shuffle_seed=11, progress=False,
+            page_size=4096, shuffle_seed=seed, limit=limit, progress=False,
         )  # fmt: skip
     data = (tmp_path / "p.beton").read_bytes()
     assert (tmp_path / "b.beton").read_bytes() == data
     assert (tmp_path / "b1.beton").read_bytes() == data
-    bad = compare_with_source(
-        PairReader(tmp_path / "b.beton"), open_source(batched, "train"), None, shuffle_seed=11
-    )
+    reader = PairReader(tmp_path / "b.beton")
+    assert reader.num_samples == (limit or 47)
+    bad = compare_with_source(reader, open_source(batched, "train"), None, shuffle_seed=seed)
     assert bad is None

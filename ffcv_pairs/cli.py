@@ -48,9 +48,9 @@ def _guard(run: Callable[[], int]) -> int:
     except (SourceError, WriteError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"error: {e or 'interrupted'}", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 def _add_write_args(p: argparse.ArgumentParser) -> None:

@@ -40,10 +40,10 @@ class WriteError(RuntimeError):
 
 
 class WriteInterrupted(WriteError):
-    """SIGTERM or Ctrl-C stopped the writer.
+    """SIGTERM stopped the writer (Ctrl-C stays a ``KeyboardInterrupt``).
 
     Attributes:
-        signum: The signal (``signal.SIGTERM`` or ``signal.SIGINT``).
+        signum: The signal.
     """
 
     def __init__(self, signum: int, message: str = ""):

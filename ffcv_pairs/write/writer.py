@@ -262,20 +262,21 @@ class _Conversion:
         """The error to raise after the page phase failed, saying what was kept."""
         try:
             tracker.flush()
-        except (OSError, SourceError):
-            tracker.digests.clear()  # unsure what is durable: keep nothing
+            kept = len(tracker.digests)
+        except (OSError, SourceError):  # the journal holds what it held before
+            kept = len(tracker.digests) - len(tracker.pending)
         out, partial = self.files.out, self.files.partial
-        if tracker.digests:
+        if kept:
             note = (
-                f"{partial.name} kept with {len(tracker.digests)} of {self.layout.num_pages} "
+                f"{partial.name} kept with {kept} of {self.layout.num_pages} "
                 f"pages written: rerun with --resume to continue"
             )
         else:
             partial.unlink(missing_ok=True)
             self.journal.remove()
             note = "nothing was kept"
-        if isinstance(e, KeyboardInterrupt):
-            return WriteInterrupted(signal.SIGINT, f"{out}: interrupted by Ctrl-C; {note}")
+        if isinstance(e, KeyboardInterrupt):  # stays a KeyboardInterrupt for callers
+            return KeyboardInterrupt(f"{out}: interrupted by Ctrl-C; {note}")
         if isinstance(e, WriteInterrupted):
             name = signal.Signals(e.signum).name
             return WriteInterrupted(e.signum, f"{out}: interrupted by {name}; {note}")
@@ -337,8 +338,8 @@ def write_pairs(
     Raises:
         SourceError: bad input, a changed source on resume, or another writer on
             ``path``; the message names the file or index.
-        WriteError: a worker died or hung; WriteInterrupted: SIGTERM or Ctrl-C. Both
-            say whether ``resume=True`` can continue.
+        WriteError: a worker died or hung; WriteInterrupted: SIGTERM; KeyboardInterrupt:
+            Ctrl-C. Each says whether ``resume=True`` can continue.
         ValueError: a bad argument.
     """
     t0 = time.perf_counter()

@@ -44,6 +44,7 @@ from ffcv.transforms import ToDevice, ToTensor
 
 from .budget import check_budget, estimate_memory
 from .decoders import LabelDecoder, PairDecoder, TakeField
+from .devices import resolve_device
 from .integrity import open_beton
 from .memory import PageIndex, PairOSCacheManager, PairProcessCacheManager
 from .order import ORDERS, OrderKind, OrderSpec, PairTraversalOrder
@@ -125,9 +126,7 @@ def default_num_threads(world_size: int) -> int:
 
 
 def _resolve_device(device: str | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    return resolve_device(device)
 
 
 class _PairGraph(Graph):

@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pkg-config g++ libopencv-dev libturbojpeg0-dev
 TORCH := torch==2.13.0
 
-.PHONY: install test lint demo bench bench-quick bench-extras clean
+.PHONY: install test lint demo bench bench-quick bench-extras gpu-check clean
 
 install: $(STAMP)
 
@@ -49,6 +49,11 @@ bench-quick: install
 # Optional rivals in their own venvs (bench/.venv-litdata, bench/.venv-streaming); see bench/extras.py.
 bench-extras: install
 	$(PY) -m bench --setup-extras
+
+# The GPU path on a CUDA machine, under 8 minutes: CUDA tests, pairs/s into GPU memory, a short
+# training run, NCCL with 2+ GPUs; writes bench/results/gpu-<date>.md. Without CUDA: one line, exit 0.
+gpu-check: install
+	$(PY) -m bench.gpu_check
 
 clean:
 	rm -rf $(VENV) demo_out build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -33,7 +33,8 @@ class BenchConfig:
         world_size: Simulated ranks.
         startup_sizes: Sample counts of the start-up table (tiny samples).
         startup_shape: Image shape of the start-up files.
-        writer_sizes: Two sample counts for the writer table.
+        writer_sizes: Sample counts of the writer table, smallest first (its own
+            generated per-sample ``.pt`` folder, independent of ``n``).
         memory_workers: DataLoader workers per rank in the memory table.
         memory_seconds: How long each configuration of the memory table runs at least.
         memory_min_batches: ...and batches each rank must receive first (0: stop at the
@@ -66,7 +67,7 @@ class BenchConfig:
     world_size: int = 4
     startup_sizes: tuple[int, ...] = (30_000, 300_000, 3_000_000)
     startup_shape: tuple[int, ...] = (1, 2, 2)
-    writer_sizes: tuple[int, int] = (4096, 16384)
+    writer_sizes: tuple[int, ...] = (16384, 100_000)
     memory_workers: tuple[int, ...] = (4, 12)
     memory_seconds: float = 8.0
     memory_min_batches: int = 2
@@ -90,8 +91,8 @@ class BenchConfig:
             raise ValueError(f"rounds must be at least 1, got {self.rounds}")
         if self.dtype not in ("uint8", "float16", "float32"):
             raise ValueError(f"dtype must be one of uint8, float16, float32, got {self.dtype!r}")
-        if max(self.writer_sizes) > self.n:
-            raise ValueError(f"writer_sizes {self.writer_sizes} must not exceed n={self.n}")
+        if not self.writer_sizes or min(self.writer_sizes) < 1:
+            raise ValueError(f"writer_sizes must be positive counts, got {self.writer_sizes}")
 
     def replace(self, **changes: object) -> BenchConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -124,31 +124,51 @@ def _writer(res: dict[str, Any]) -> list[str]:
     w = res.get("writer")
     if not w:
         return []
+    if "rows" not in w:  # a results file from before this table's current form
+        return ["## b. Writer", "", "(an older form of this table: see the .json)", ""]
+    from .writer_bench import JOBS
+
+    shape = f"{w['dtype']}{w['shape']}"
     out = [
-        "## b. Writer: `write_pairs` on the per-sample .pt folder vs only reading it",
+        "## b. Writer: `write_pairs` vs only reading its per-sample .pt sources",
         "",
-        "Both with 2 processes; reading = `torch.load` of the three files of every sample. "
-        "Peak RSS in MiB of the main process and of the largest worker, with what it added "
-        "over the RSS before the job in brackets (a forked worker starts with its parent's "
-        "pages, imports included); USS Σ: peak over all processes.",
+        f"Per-sample layout: three files per pair (A and B {shape}, an int64 label). Every "
+        f"row is one command in a fresh process with {w['workers']} forked worker processes; "
+        f"{w['cache']} page cache (an `open` + `read()` pass over the folder right before "
+        "every row). *pairs/s* = pairs / the command's own work time: the writer's is the "
+        "rate its summary line reports (`write_pairs`, from the call to the renamed, "
+        "checksummed file; after the directory scan), the readers' is from starting their "
+        "worker pool to joining it; imports are left out on both sides. *command s*: the "
+        "whole command, interpreter start and imports included. Memory in MiB: the peak over "
+        "time (sampled every 0.1 s) of the sum over the command's process tree; RSS Σ counts "
+        "pages a forked worker shares with its parent in every process, PSS Σ splits them.",
         "",
-        "| samples | job | samples/s | s | peak RSS main | peak RSS worker | USS Σ |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| pairs | job | pairs/s | x torch.load | x read() | work s | command s "
+        "| peak RSS Σ | peak PSS Σ | processes |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n, row in w.items():
-        for job in ("read", "write"):
+    notes = []
+    for n, row in w["rows"].items():
+        notes.append(
+            f"{int(n):,} pairs generated in {_n(row['generate_s'], 1)} s (not timed in the "
+            f"rows), {row['checked']} files checked against `torch.load`"
+        )
+        load, read = (row[k].get("rate") for k in ("load", "read"))
+        for job, title in JOBS.items():
             m = row[job]
-            name = "write_pairs (workers=2)" if job == "write" else "read sources only"
             if "error" in m:
-                out.append(f"| {int(n):,} | {name} | {m['error']} | | | | |")
+                out.append(f"| {int(n):,} | {title} | {m['error']} |" + " |" * 7)
                 continue
+            rate = m["rate"]
+            timed = "" if m["timed"] in ("summary line", "pool start to join") else " (wall)"
             out.append(
-                f"| {int(n):,} | {name} | {_n(m['rate'])} | {_n(m['seconds'], 2)} | "
-                f"{_n(m['peak_rss_mb'])} (+{_n(m['peak_rss_added_mb'])}) | "
-                f"{_n(m['worker_peak_rss_mb'])} (+{_n(m['worker_peak_rss_added_mb'])}) | "
-                f"{_n(m['uss_sum_mb'])} |"
+                f"| {int(n):,} | {title} | {_n(rate)}{timed} | "
+                f"{_ratio(rate / load if load else None)} | "
+                f"{_ratio(rate / read if read else None)} | {_n(m['work_s'], 2)} | "
+                f"{_n(m['wall_s'], 2)} | {_n(m['peak_rss_mb'])} | {_n(m['peak_pss_mb'])} | "
+                f"{m['procs']} |"
             )
-    return [*out, ""]
+    return [*out, "", "Files: " + "; ".join(notes) + ".", ""]
 
 
 def _memory(res: dict[str, Any]) -> list[str]:

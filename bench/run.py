@@ -12,6 +12,7 @@ Run it (from the repository root, with the project's venv)::
 
     .venv/bin/python -m bench --quick --out /tmp/res --work /tmp/work --no-extras
     .venv/bin/python -m bench --n 32768 --shape 3,64,64 --dtype uint8 --rounds 5 --clean
+    .venv/bin/python -m bench --only memcpy --tables b --writer-sizes 16384,100000
     .venv/bin/python -m bench --render bench/results/2026-11-30.json   # md/png again
 
 It generates the data (seeded) under ``--work`` (default ``bench/.work/``), runs
@@ -58,6 +59,16 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be like 16384,100000, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"must be positive counts, got {text!r}")
+    return sizes
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small data, one round (< 2 min)")
@@ -67,6 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shape", type=_shape, help="image shape, e.g. 3,64,64")
     p.add_argument("--dtype", choices=("uint8", "float16", "float32"))
     p.add_argument("--rounds", type=int, help="interleaved rounds")
+    p.add_argument("--writer-sizes", type=_sizes, help="writer table pairs, e.g. 16384,100000")
     p.add_argument("--seed", type=int)
     p.add_argument("--only", help="comma-separated contestant keys (default: all)")
     p.add_argument("--tables", default=TABLES, help="which extra tables: any of 'abcd'")
@@ -83,14 +95,12 @@ def _config(args: argparse.Namespace) -> BenchConfig:
     cfg = quick_config() if args.quick else default_config()
     changes: dict[str, Any] = {
         k: getattr(args, k)
-        for k in ("out", "work", "n", "shape", "dtype", "rounds", "seed")
+        for k in ("out", "work", "n", "shape", "dtype", "rounds", "seed", "writer_sizes")
         if getattr(args, k) is not None
     }
     changes["extras"] = not args.no_extras
     changes["cold_cache"] = not args.no_cold_cache
     changes["keep_data"] = not args.clean
-    if args.n is not None and args.n < max(cfg.writer_sizes):
-        changes["writer_sizes"] = (max(1, args.n // 4), args.n)
     return cfg.replace(**changes)
 
 
@@ -178,7 +188,7 @@ def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str)
     if "a" in tables:
         res["startup"] = measure_startup(cfg)
     if "b" in tables:
-        res["writer"] = measure_writer(cfg, paths)
+        res["writer"] = measure_writer(cfg)
     if "c" in tables:
         res["memory"] = _memory_table(cfg, paths, res["throughput"], log_file)
     if "d" in tables:

@@ -126,9 +126,21 @@ def test_photometric_equals_reference(tmp_path: Path, shape, dtype, aug) -> None
         np.testing.assert_array_equal(xb[sid], ref.photometric(b[sid], aug, SEED, 2, sid, 1))
 
 
+def _symmetry(img: np.ndarray) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Which of the 8 symmetries of the square a coordinate-coded output went through:
+    the source (row, column) steps of one output step down and one right, read at the
+    centre (always inside the source for the crops used here)."""
+    rows, cols = img[0].astype(np.int64), img[1].astype(np.int64)
+    down = (rows[6, 5] - rows[5, 5], cols[6, 5] - cols[5, 5])
+    right = (rows[5, 6] - rows[5, 5], cols[5, 6] - cols[5, 5])
+    assert sorted(map(abs, down + right)) == [0, 0, 1, 1], (down, right)
+    return (int(down[0]), int(down[1])), (int(right[0]), int(right[1]))
+
+
 @pytest.mark.parametrize("pad_mode", ["reflect", "edge"])
 def test_pairing_survives(tmp_path: Path, pad_mode: str) -> None:
-    """B = 255 - A elementwise, before and after every geometric augmentation."""
+    """B = 255 - A elementwise, before and after every geometric augmentation, and the
+    flips and quarter turns really happen, sample by sample, at their rates."""
     aug = PairAugment(
         hflip=0.5,
         vflip=0.5,
@@ -137,18 +149,59 @@ def test_pairing_survives(tmp_path: Path, pad_mode: str) -> None:
         crop_padding=3,
         translate=(2, 2),
         pad_mode=pad_mode,
-        brightness=0.0,
     )
-    a, b, labels = _data(200, (3, 16, 16), "uint8")
-    path = _file(tmp_path, a, b, labels)
+    a, _, labels = _data(200, (3, 16, 16), "uint8")
+    a[:, 0], a[:, 1] = np.arange(16)[:, None], np.arange(16)[None, :]  # source row, column
+    path = _file(tmp_path, a, 255 - a, labels)
+    seen: list[tuple[tuple[int, int], tuple[int, int]]] = []
     for epoch in range(3):
         loader = make_loader(path, batch_size=32, seed=epoch, augment=aug, window_bytes=1 << 16)
         loader.set_epoch(epoch)
-        flipped = 0
         for xa, xb, _ in loader:
             assert torch.equal(xb, 255 - xa)
-            flipped += 1
-        assert flipped == len(loader)
+            seen.extend(_symmetry(x) for x in xa.numpy())
+    # Independent flips at 1/2 and a uniform quarter turn: each of the 8 symmetries has
+    # probability 1/8, and a flipped (mirrored) sample 1/2. hflip alone cannot be told
+    # apart here (hflip + vflip is a half turn): test_flip_rate_matches_probability has it.
+    n = len(seen)
+    assert n == 3 * len(loader) * 32
+    counts = {s: seen.count(s) for s in set(seen)}
+    assert len(counts) == 8, counts
+    chi2 = sum((c - n / 8) ** 2 / (n / 8) for c in counts.values())
+    assert chi2 < 35.26, counts  # P(chi2 with 7 dof > 35.26) = 1e-5
+    flipped = sum(1 for down, right in seen if down[0] * right[1] - down[1] * right[0] < 0)
+    assert abs(flipped - n / 2) < 4.5 * np.sqrt(n / 4), (flipped, n)
+
+
+def test_brightness_zero_is_the_identity_and_nonzero_is_not(tmp_path: Path, monkeypatch) -> None:
+    """brightness=0 leaves images bit-identical (the photometric kernel is not even run),
+    and so does a brightness too small to move a uint8 value (the kernel runs: rounding
+    must give each value back); a real brightness scales each image by its own factor in
+    [1 - b, 1 + b]."""
+    import ffcv_pairs.augment.ops as ops
+
+    kernel, calls = ops.photometric, []
+
+    def counting(*args):
+        calls.append(len(args[0]))
+        return kernel(*args)
+
+    monkeypatch.setattr(ops, "photometric", counting)
+    a, _, labels = _data(64, (3, 8, 8), "uint8")
+    a = np.clip(a, 20, 200)  # no clipping at 0 or 255 for the factor check below
+    path = _file(tmp_path, a, 255 - a, labels)
+    for brightness, runs in ((0.0, 0), (1e-6, 2 * 64)):
+        calls.clear()
+        xa, xb, ids = _batches(path, PairAugment(brightness=brightness))
+        assert sum(calls) == runs, (brightness, calls)
+        assert xa.tobytes() == a[ids].tobytes(), brightness
+        assert xb.tobytes() == (255 - a)[ids].tobytes(), brightness
+    xa, _, ids = _batches(path, PairAugment(brightness=0.3))
+    before = a[ids].astype(np.float64)
+    assert (xa != before).any(axis=(1, 2, 3)).mean() > 0.9
+    factor = xa.sum(axis=(1, 2, 3), dtype=np.float64) / before.sum(axis=(1, 2, 3))
+    assert (factor > 0.7 - 0.01).all() and (factor < 1.3 + 0.01).all(), factor
+    assert factor.std() > 0.05, factor  # a factor per sample, not one for all
 
 
 def test_independent_geometry_breaks_pairing(tmp_path: Path) -> None:

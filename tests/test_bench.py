@@ -51,5 +51,15 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
     for key in ("startup", "writer", "memory", "cold", "amplification", "targets", "machine"):
         assert res[key], key
     assert {"pt_ranks_w4", "ours_4ranks"} <= set(res["memory"])
+    from bench.writer_bench import JOBS
+
+    assert len(res["writer"]["rows"]) == 2
+    for n, row in res["writer"]["rows"].items():
+        for job, title in JOBS.items():
+            assert "rate" in row[job], (n, job, row[job])
+            assert f"| {int(n):,} | {title} |" in md, (n, title)
+    writer_targets = [t for t in res["targets"] if t["target"].startswith("writer")]
+    assert len(writer_targets) == 3
+    assert all(t["verdict"] in ("PASS", "MISS") for t in writer_targets), writer_targets
     for png in ("smoke-throughput.png", "smoke-memory.png"):
         assert (out / png).stat().st_size > 0, png

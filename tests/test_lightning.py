@@ -185,7 +185,7 @@ def test_demo_accuracy(tmp_path: Path) -> None:
     assert not independent["paired"] and independent["val_acc"] <= 0.65, independent
 
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+cuda = pytest.mark.cuda  # skipped without a GPU (conftest.py); `pytest -m cuda` selects them
 
 
 @cuda

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from pathlib import Path
+from queue import Queue
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import torch
 from conftest import make_arrays
 
 from ffcv_pairs import ArraySource, BetonError, PairReader, make_loader, write_pairs
+from ffcv_pairs.load import pipeline
 
 
 def _write(
@@ -56,7 +58,49 @@ def test_len_epochs_and_set_epoch(tmp_path: Path) -> None:
     np.testing.assert_array_equal(loader.epoch_order(1), runs[1].numpy())
 
 
-def test_a_held_batch_is_not_overwritten(tmp_path: Path) -> None:
+class _StallQueue(Queue):
+    """The loading thread's output queue, telling the test when the thread has run as far
+    ahead as it may: it waits to put a finished batch into a full queue, or it has put its
+    last one. Its batch is then in its slot, so every free slot has been written."""
+
+    def __init__(self, maxsize: int = 0):
+        super().__init__(maxsize)
+        self.stalled = self.ended = False
+        self.changed = threading.Condition(self.mutex)
+
+    def put(self, item, block=True, timeout=None):
+        with self.mutex:
+            if self.maxsize > 0 and self._qsize() >= self.maxsize:
+                self.stalled = True
+                self.changed.notify_all()
+        super().put(item, block, timeout)
+
+    def _put(self, item) -> None:
+        super()._put(item)
+        if item is None:  # the end of the epoch (or an error)
+            self.ended = True
+            self.changed.notify_all()
+
+    def _get(self):
+        self.stalled = False  # the consumer freed a place: the thread may run on
+        return super()._get()
+
+
+@pytest.fixture
+def run_ahead(monkeypatch):
+    """``wait(loader)``: block until the loader's thread has filled every slot it may."""
+    monkeypatch.setattr(pipeline, "Queue", _StallQueue)
+
+    def wait(loader) -> None:
+        q = loader._active.output_queue
+        assert isinstance(q, _StallQueue)
+        with q.changed:
+            assert q.changed.wait_for(lambda: q.stalled or q.ended, timeout=60), "no progress"
+
+    return wait
+
+
+def test_a_held_batch_is_not_overwritten(tmp_path: Path, run_ahead) -> None:
     """Like Lightning: hold batch k and batch k+1 while the loader runs ahead."""
     path, a, _ = _write(tmp_path, n=2000, page_size=8192)
     loader = make_loader(path, batch_size=10, order="random", batches_ahead=2, num_threads=1)
@@ -64,7 +108,7 @@ def test_a_held_batch_is_not_overwritten(tmp_path: Path) -> None:
     prev = next(it)
     prev_copy = [t.clone() for t in prev]
     for cur in it:
-        time.sleep(0.002)  # let the loader fill every free slot
+        run_ahead(loader)  # the loader has filled every free slot
         for t, c in zip(prev, prev_copy):
             assert torch.equal(t, c), "a held batch was overwritten"
         assert prev[0].numpy().tobytes() == a[prev[2].numpy()].tobytes()
@@ -72,7 +116,7 @@ def test_a_held_batch_is_not_overwritten(tmp_path: Path) -> None:
 
 
 def test_buffers_are_allocated_once_and_held_batches_survive_an_epoch_boundary(
-    tmp_path: Path,
+    tmp_path: Path, run_ahead
 ) -> None:
     """The same buffer slots every epoch (upstream allocates new ones per epoch), and the
     slot sequence runs on: holding the last batch of an epoch and the first of the next
@@ -87,7 +131,7 @@ def test_buffers_are_allocated_once_and_held_batches_survive_an_epoch_boundary(
         pointers.append(set())
         for cur in loader:
             pointers[-1].add(cur[0].data_ptr())
-            time.sleep(0.002)  # let the loader fill every free slot
+            run_ahead(loader)  # the loader has filled every free slot
             if prev is not None:
                 for t, c in zip(prev, prev_copy):
                     assert torch.equal(t, c), "a held batch was overwritten"

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_arrays, read_upstream, write_batched, write_per_sample
+from ffcv.types import FieldDescType, HeaderType
 
-from ffcv_pairs import ArraySource, IndexedSource, PairSchema, open_source, write_pairs
+from ffcv_pairs import ArraySource, IndexedSource, PairReader, PairSchema, open_source, write_pairs
 from ffcv_pairs.cli import write_main
 from ffcv_pairs.format.sidecar import Manifest, manifest_path
 
@@ -54,8 +55,27 @@ def test_roundtrip_bit_exact(tmp_path: Path, layout: str, shape, dtype) -> None:
     assert _same_bytes(ra, a)
     assert _same_bytes(rb, b)
     np.testing.assert_array_equal(rl, labels)
-    # Small pages: the file really spans many pages.
     assert Manifest.load(manifest_path(out / "train.beton")).num_samples == 37
+    # Small pages: the layout's definition puts sample i on data page i // per_page, A then B,
+    # never straddling a page; the data pointers must say so, and so must the bytes there.
+    reader = PairReader(out / "train.beton")
+    ps, na, nb = reader.page_size, a[0].nbytes, b[0].nbytes
+    assert ps == 8192
+    per_page = ps // (na + nb)
+    ptr_a, ptr_b = (np.asarray(reader.image_pointers(f), np.int64) for f in PairSchema.IMAGE_FIELDS)
+    first = int(ptr_a[0])
+    assert first % ps == 0
+    i = np.arange(37)
+    np.testing.assert_array_equal(ptr_a, first + (i // per_page) * ps + (i % per_page) * (2 * na))
+    np.testing.assert_array_equal(ptr_b, ptr_a + na)
+    pages = np.unique(np.concatenate([ptr_a, ptr_b + nb - 1]) // ps)
+    assert len(pages) == -(-37 // per_page)  # A and B of a sample end on the page they start
+    if 37 * (na + nb) > ps:
+        assert len(pages) >= 2, "the data should need several pages"
+    raw = np.memmap(out / "train.beton", dtype=np.uint8, mode="r")
+    for k in range(37):
+        assert raw[ptr_a[k] : ptr_a[k] + na].tobytes() == a[k].tobytes()
+        assert raw[ptr_b[k] : ptr_b[k] + nb].tobytes() == b[k].tobytes()
 
 
 def test_several_splits_and_limit(tmp_path: Path) -> None:
@@ -155,13 +175,24 @@ def test_rewrite_replaces_old_file_only_when_complete(tmp_path: Path) -> None:
     assert not out.with_name("r.beton.partial").exists()
 
 
-def test_schema_is_the_only_place_with_field_names() -> None:
-    assert PairSchema.field_names() == ("A", "B", "label")
+def test_schema_is_the_only_place_with_field_names(tmp_path: Path) -> None:
+    names = PairSchema.field_names()
+    assert names == ("A", "B", "label")
+    # The file's own field table (raw descriptors after the header) holds exactly these.
+    a, b, labels = make_arrays(3, (2, 4, 4))
+    path = tmp_path / "f.beton"
+    write_pairs(ArraySource(a, b, labels), path, progress=False)
+    header = np.fromfile(path, dtype=HeaderType, count=1)[0]
+    table = np.fromfile(
+        path, dtype=FieldDescType, count=int(header["num_fields"]), offset=HeaderType.itemsize
+    )
+    assert [bytes(d["name"]).rstrip(b"\0").decode() for d in table] == list(names)
+    # No module but the schema spells a field name (all three, in every subpackage).
     root = Path(__file__).parents[1] / "ffcv_pairs"
     offenders = [
-        p.name
-        for p in root.glob("*.py")
-        if p.name != "schema.py" and ('"A"' in p.read_text() or '"label"' in p.read_text())
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "schema.py" and any(f'"{n}"' in p.read_text() for n in names)
     ]
     assert offenders == []
 

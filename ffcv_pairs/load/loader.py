@@ -37,12 +37,13 @@ from ..format.integrity import open_beton
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
 from .decoders import LabelDecoder, PairDecoder, TakeField
+from .devices import resolve_device
 from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import ORDERS, OrderKind, OrderSpec, PairTraversalOrder
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .resume import check_resume, resume_fingerprint
-from .world import default_num_threads, local_ranks, resolve_device, resolve_world
+from .world import default_num_threads, local_ranks, resolve_world
 
 __all__ = ["DEFAULT_WINDOW_BYTES", "LoaderConfig", "LoaderError", "PairLoader", "make_loader"]
 
@@ -310,7 +311,8 @@ def make_loader(
         seed: Order (and augmentation) seed, the same on every rank.
         drop_last: Equal, whole batches on every rank; without it nothing is dropped.
         augment: A :class:`~ffcv_pairs.augment.config.PairAugment`, or None.
-        device: Where batches go; default ``"cuda"`` when available, else CPU.
+        device: Where batches go; default ``cuda:LOCAL_RANK`` (or the current GPU) when
+            there is one, else the CPU (see :func:`~ffcv_pairs.load.devices.resolve_device`).
         num_threads: JIT threads; default: the node's cores over its local ranks.
         batches_ahead: Batches prepared ahead of the consumer (buffer slots: this + 3).
         window_bytes: The quasi-random window (default 256 MiB): randomness against

@@ -1,4 +1,4 @@
-"""Where a loader runs: its rank in the job, its threads, its device."""
+"""Where a loader runs: its rank in the job and its threads (the device: ``devices``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import torch
 
-__all__ = ["default_num_threads", "local_ranks", "resolve_device", "resolve_world"]
+__all__ = ["default_num_threads", "local_ranks", "resolve_world"]
 
 
 def resolve_world(
@@ -44,10 +44,3 @@ def local_ranks(world_size: int) -> int:
 def default_num_threads(ranks_on_node: int) -> int:
     """The node's cores split across its local ranks."""
     return max(1, len(os.sched_getaffinity(0)) // max(1, ranks_on_node))
-
-
-def resolve_device(device: str | None) -> torch.device:
-    """``device``, or the GPU when there is one, else the CPU."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)

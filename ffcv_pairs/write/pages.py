@@ -150,7 +150,7 @@ def worker_init() -> None:
 
 def pwrite_all(fd: int, data: Any, offset: int) -> None:
     """``os.pwrite`` that raises instead of writing less than asked."""
-    view = memoryview(data).cast("B")
+    view = memoryview(data).cast("c")  # bytes, whatever the buffer's item type
     written = os.pwrite(fd, view, offset)
     if written != len(view):
         raise OSError(f"short write: {written} of {len(view)} bytes at offset {offset}")

@@ -139,8 +139,9 @@ def _extras(cfg: BenchConfig) -> tuple[dict[str, Any], dict[str, str]]:
 
 def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str) -> Path:
     """Everything; returns the markdown report's path."""
-    from bench.amplification import measure_amplification, measure_cold
+    from bench.amplification import measure_amplification
     from bench.charts import draw_charts
+    from bench.cold import measure_cold_table
     from bench.data import prepare_data
     from bench.machine import describe_machine
     from bench.report import write_report
@@ -182,7 +183,7 @@ def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str)
     if "c" in tables:
         res["memory"] = _memory_table(cfg, paths, res["throughput"], log_file)
     if "d" in tables:
-        res["cold"] = measure_cold(cfg, paths)
+        res["cold"] = measure_cold_table(cfg.work, cfg.cold_gib, cfg.cold_cache)
         res["amplification"] = measure_amplification(cfg, paths)
     res["targets"] = evaluate_targets(res)
     res["elapsed_s"] = time.perf_counter() - t0

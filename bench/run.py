@@ -75,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clean", action="store_true", help="remove the generated data afterwards")
     p.add_argument("--date", help="report name (default: today, YYYY-MM-DD)")
     p.add_argument("--setup-extras", action="store_true", help="create the extras' venvs, exit")
+    p.add_argument("--larger-than-ram", action="store_true", help="file of 1.3x RAM, 2 epochs")
+    p.add_argument("--larger-than-ram-gib", type=float, help="override its size (a short check)")
     p.add_argument("--render", type=Path, help="re-write md/png from a results .json, exit")
     return p.parse_args(argv)
 
@@ -217,6 +219,22 @@ def _render(path: Path, out: Path | None) -> int:
     return 0
 
 
+def _big(args: argparse.Namespace) -> int:
+    from bench.big import larger_than_ram, write_big_report
+    from bench.config import BENCH_DIR
+    from bench.runner import forkserver
+
+    forkserver()
+    try:
+        res = larger_than_ram(args.work or BENCH_DIR / ".work", args.larger_than_ram_gib)
+    except ValueError as e:
+        sys.stderr.write(f"bench: {e}\n")
+        return 2
+    md = write_big_report(res, args.out or BENCH_DIR / "results", args.date)
+    sys.stdout.write(f"{md}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so that contestant processes are stopped.
@@ -233,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, line in status.items():
             sys.stdout.write(f"{name}: {line}\n")
         return 0 if all("MiB" in s for s in status.values()) else 1
+    if args.larger_than_ram or args.larger_than_ram_gib:
+        return _big(args)
     try:
         cfg = _config(args)
         keys = _keys(args.only)

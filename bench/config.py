@@ -44,6 +44,7 @@ class BenchConfig:
         readahead: Readahead window (bytes) of the read-amplification model.
         extras: Run LitData and Streaming when their venvs exist.
         cold_cache: Try to drop the page cache for the cold-cache row.
+        cold_gib: Size of the file of the cold-epoch table (bench/cold.py).
         keep_data: Keep the generated data under the work dir afterwards.
         work: Where data is generated.
         out: Where results go.
@@ -76,6 +77,7 @@ class BenchConfig:
     readahead: int = 128 << 10
     extras: bool = True
     cold_cache: bool = True
+    cold_gib: float = 2.0
     keep_data: bool = True
     work: Path = field(default=BENCH_DIR / ".work")
     out: Path = field(default=BENCH_DIR / "results")
@@ -118,5 +120,6 @@ def quick_config() -> BenchConfig:
         memory_seconds=2.0,
         memory_min_batches=0,
         model_samples=200_000,
+        cold_gib=0.125,
         label="quick",
     )

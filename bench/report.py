@@ -214,6 +214,10 @@ def _cold(res: dict[str, Any]) -> list[str]:
     out = ["## d. Cold cache and read amplification", ""]
     if "skipped" in cold:
         out.append(f"Cold-cache rows skipped: {cold['skipped']}.")
+    elif "gib" in cold:
+        from .cold import cold_lines
+
+        out += cold_lines(cold)
     else:
         out += [
             "Page cache dropped (`sync; echo 1 > /proc/sys/vm/drop_caches`) before each row; "

@@ -87,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clean", action="store_true", help="remove the generated data afterwards")
     p.add_argument("--date", help="report name (default: today, YYYY-MM-DD)")
     p.add_argument("--setup-extras", action="store_true", help="create the extras' venvs, exit")
+    p.add_argument("--larger-than-ram", action="store_true", help="file of 1.3x RAM, 2 epochs")
+    p.add_argument("--larger-than-ram-gib", type=float, help="override its size (a short check)")
     p.add_argument("--render", type=Path, help="re-write md/png from a results .json, exit")
     return p.parse_args(argv)
 
@@ -149,8 +151,9 @@ def _extras(cfg: BenchConfig) -> tuple[dict[str, Any], dict[str, str]]:
 
 def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str) -> Path:
     """Everything; returns the markdown report's path."""
-    from bench.amplification import measure_amplification, measure_cold
+    from bench.amplification import measure_amplification
     from bench.charts import draw_charts
+    from bench.cold import measure_cold_table
     from bench.data import prepare_data
     from bench.machine import describe_machine
     from bench.report import write_report
@@ -192,7 +195,7 @@ def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str)
     if "c" in tables:
         res["memory"] = _memory_table(cfg, paths, res["throughput"], log_file)
     if "d" in tables:
-        res["cold"] = measure_cold(cfg, paths)
+        res["cold"] = measure_cold_table(cfg.work, cfg.cold_gib, cfg.cold_cache)
         res["amplification"] = measure_amplification(cfg, paths)
     res["targets"] = evaluate_targets(res)
     res["elapsed_s"] = time.perf_counter() - t0
@@ -226,6 +229,22 @@ def _render(path: Path, out: Path | None) -> int:
     return 0
 
 
+def _big(args: argparse.Namespace) -> int:
+    from bench.big import larger_than_ram, write_big_report
+    from bench.config import BENCH_DIR
+    from bench.runner import forkserver
+
+    forkserver()
+    try:
+        res = larger_than_ram(args.work or BENCH_DIR / ".work", args.larger_than_ram_gib)
+    except ValueError as e:
+        sys.stderr.write(f"bench: {e}\n")
+        return 2
+    md = write_big_report(res, args.out or BENCH_DIR / "results", args.date)
+    sys.stdout.write(f"{md}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so that contestant processes are stopped.
@@ -242,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, line in status.items():
             sys.stdout.write(f"{name}: {line}\n")
         return 0 if all("MiB" in s for s in status.values()) else 1
+    if args.larger_than_ram or args.larger_than_ram_gib:
+        return _big(args)
     try:
         cfg = _config(args)
         keys = _keys(args.only)

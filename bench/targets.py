@@ -153,6 +153,31 @@ def _writer_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _cold_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 13: cold quasi_random with prefetch vs the sequential read() and upstream."""
+    rows = results.get("cold", {}).get("rows", {})
+
+    def rate(name: str) -> float | None:
+        return rows.get(name, {}).get("rate")
+
+    ours = rate("ours quasi_random, prefetch 4")
+    ups = [rate(f"upstream QUASI_RANDOM, os_cache={b}") for b in (True, False)]
+    best_up = max((u for u in ups if u), default=None)
+    warm = _ratio(
+        rate("warm: ours quasi_random, prefetch 4"), rate("warm: ours quasi_random, no prefetch")
+    )
+    return [
+        _target(
+            "cold quasi_random + prefetch / sequential read()",
+            _ratio(ours, rate("limit: sequential read()")),
+            0.9,
+            "x",
+        ),
+        _target("cold quasi_random + prefetch / best upstream", _ratio(ours, best_up), 1.0, "x"),
+        _target("warm: prefetch 4 / no prefetch (one sample each)", warm, 0.95, "x"),
+    ]
+
+
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target of the issue, in the report's order."""
     return (
@@ -160,4 +185,6 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         + _startup_targets(results)
         + _writer_targets(results)
         + _memory_targets(results)
+        + _memory_targets(results)
+        + _cold_targets(results)
     )

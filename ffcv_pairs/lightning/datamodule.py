@@ -25,7 +25,7 @@ import lightning as L
 from ..augment.config import PairAugment, image_layout
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
-from ..load.loader import DEFAULT_WINDOW_BYTES, PairLoader, make_loader
+from ..load.loader import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, PairLoader, make_loader
 from ..load.order import OrderKind
 from ..load.world import default_num_threads
 
@@ -50,6 +50,8 @@ class PairDataModule(L.LightningDataModule):
         num_threads: JIT threads per rank; default the node's cores over its devices.
         window_bytes: Quasi-random window (see :mod:`ffcv_pairs.load.order`).
         batches_ahead: Batches prepared ahead per rank.
+        prefetch: Batches ahead that pages are requested from storage (0: off; see
+            :func:`~ffcv_pairs.make_loader`).
         max_ram_gb: Refuse to start when the node-wide RAM estimate exceeds this.
         device: Where batches go; default the trainer's device.
     """
@@ -69,6 +71,7 @@ class PairDataModule(L.LightningDataModule):
         num_threads: int | None = None,
         window_bytes: int = DEFAULT_WINDOW_BYTES,
         batches_ahead: int = 2,
+        prefetch: int = DEFAULT_PREFETCH,
         max_ram_gb: float | None = None,
         device: str | None = None,
     ):
@@ -89,6 +92,7 @@ class PairDataModule(L.LightningDataModule):
         self.augment, self.num_threads = augment, num_threads
         self.window_bytes, self.batches_ahead = window_bytes, batches_ahead
         self.max_ram_gb, self.device = max_ram_gb, device
+        self.prefetch = prefetch
         self._loaders: dict[str, PairLoader] = {}
 
     # -- the trainer's view ------------------------------------------------------------
@@ -158,6 +162,7 @@ class PairDataModule(L.LightningDataModule):
             device=self._device(),
             num_threads=threads,
             batches_ahead=self.batches_ahead,
+            prefetch=self.prefetch,
             rank=rank,
             world_size=world,
             window_bytes=self.window_bytes,

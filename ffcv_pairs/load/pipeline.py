@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 from ffcv.loader.epoch_iterator import EpochIterator
+from ffcv.memory_managers.os_cache import OSCacheContext
 from ffcv.pipeline import PipelineSpec
 from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.graph import Graph
@@ -30,6 +31,7 @@ from ffcv.pipeline.graph import Graph
 from ..format.reader import PairReader
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import PairTraversalOrder
+from .prefetch import Prefetcher, page_schedule
 
 __all__ = ["BufferGraph", "EpochThread", "LoaderError", "LoaderShim", "build_graph"]
 
@@ -66,13 +68,40 @@ class BufferGraph(Graph):
 class EpochThread(EpochIterator):
     """Upstream's epoch thread with a shorter queue (so the consumer may hold two
     batches), pipeline errors raised in the consumer instead of a hang, and the
-    buffer slots continuing where the previous epoch stopped."""
+    buffer slots continuing where the previous epoch stopped.
 
-    def __init__(self, engine: LoaderShim, order: np.ndarray, queue_size: int):
+    With ``prefetch`` > 0 and the OS cache, a :class:`~.prefetch.Prefetcher`
+    requests each page ``prefetch`` batches before the batch that first reads it.
+    """
+
+    def __init__(
+        self,
+        engine: LoaderShim,
+        order: np.ndarray,
+        queue_size: int,
+        prefetch: int = 0,
+        max_in_flight: int = 64,
+    ):
         self.error: BaseException | None = None
         self.finished = False
         self._deferred = True
+        self.prefetcher: Prefetcher | None = None
         super().__init__(engine, order)
+        context = self.memory_context
+        if prefetch > 0 and isinstance(context, OSCacheContext) and context.mmap is not None:
+            reader = engine.reader
+            columns = [reader.image_pointers(name) for name in reader.schema.IMAGE_FIELDS]
+            schedule = page_schedule(order, engine.batch_size, columns, int(reader.page_shift))
+            mapping = context.mmap
+            self.prefetcher = Prefetcher(
+                mapping.ctypes.data,
+                mapping.size,
+                int(reader.page_size),
+                schedule,
+                prefetch,
+                max_in_flight,
+            )
+            self.prefetcher.start()
         self.output_queue: Queue[Any] = Queue(queue_size)
         self._deferred = False
         self.current_batch_slot = engine.graph.start_slot
@@ -85,16 +114,29 @@ class EpochThread(EpochIterator):
         if not self._deferred:
             super().start()
 
+    def run_pipeline(self, b_ix, batch_indices, batch_slot, cuda_event):  # type: ignore[no-untyped-def]
+        if self.prefetcher is not None:
+            self.prefetcher.advance(b_ix)
+        return super().run_pipeline(b_ix, batch_indices, batch_slot, cuda_event)
+
     def run(self) -> None:
         try:
             super().run()
         except BaseException as e:
             self.error = e
             self.output_queue.put(None)
+        if self.prefetcher is not None:
+            self.prefetcher.stop()
         graph = self.loader.graph
         if graph.owner is self:  # an abandoned epoch's late end must not move the slots
             graph.next_slot = self.current_batch_slot
         self.finished = True
+
+    def close(self) -> None:
+        """Stop the epoch (and its prefetch thread); safe to call more than once."""
+        super().close()
+        if getattr(self, "prefetcher", None) is not None:
+            self.prefetcher.stop()
 
     def __next__(self):
         try:

@@ -1,0 +1,146 @@
+"""Page prefetch: the same batches, each page requested before its batch, no stray threads."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_arrays
+
+from ffcv_pairs import ArraySource, PairReader, make_loader, write_pairs
+from ffcv_pairs.load import prefetch as prefetch_mod
+from ffcv_pairs.load.prefetch import Prefetcher, page_schedule
+
+PAGE = 4096
+
+
+@pytest.fixture(scope="module")
+def beton(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    a, b, labels = make_arrays(400, (3, 8, 8), "uint8", seed=13)
+    path = tmp_path_factory.mktemp("prefetch") / "p.beton"
+    write_pairs(ArraySource(a, b, labels), path, page_size=PAGE, progress=False)
+    return path
+
+
+def _loader(path: Path, order: str, prefetch: int, rank: int = 0, world: int = 1):
+    return make_loader(
+        path,
+        batch_size=16,
+        order=order,
+        prefetch=prefetch,
+        rank=rank,
+        world_size=world,
+        num_threads=1,
+        window_bytes=4 * PAGE,
+        seed=3,
+    )
+
+
+def _epochs(loader, n: int = 2) -> list[bytes]:
+    out = []
+    for _ in range(n):
+        out.extend(b"".join(t.numpy().tobytes() for t in batch) for batch in loader)
+    return out
+
+
+@pytest.mark.parametrize("order", ["quasi_random", "random", "sequential"])
+@pytest.mark.parametrize("world", [1, 2])
+def test_batches_identical_with_and_without_prefetch(beton: Path, order: str, world: int) -> None:
+    for rank in range(world):
+        plain = _epochs(_loader(beton, order, 0, rank, world))
+        fetched = _epochs(_loader(beton, order, 2, rank, world))
+        assert len(plain) == len(fetched) > 0
+        assert plain == fetched, f"{order} rank {rank}/{world}: prefetch changed a batch"
+
+
+class _Spy:
+    """Records (address, length, the consumer's batch at the time) for every madvise."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int]] = []
+
+    def __call__(self, address: int, length: int, advice: int) -> None:
+        assert advice == prefetch_mod.MADV_WILLNEED
+        helper = threading.current_thread()
+        assert isinstance(helper, Prefetcher), "madvise called outside the helper thread"
+        self.calls.append((address, length, helper.current))
+
+
+@pytest.mark.parametrize("order", ["quasi_random", "random", "sequential"])
+def test_every_page_requested_once_before_its_batch(
+    beton: Path, order: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy()
+    monkeypatch.setattr(prefetch_mod, "madvise", spy)
+    loader = _loader(beton, order, 3, rank=1, world=2)
+    reader = PairReader(beton)
+    shift = int(reader.page_shift)
+    order_ids = loader.epoch_order(0)
+    # The batch each page is first read in, straight from the order (no helper code).
+    first: dict[int, int] = {}
+    for pos, sid in enumerate(order_ids.tolist()):
+        for name in ("A", "B"):
+            first.setdefault(int(reader.image_pointers(name)[sid]) >> shift, pos // 16)
+    for _batch in loader:
+        thread = loader._active
+    mapping = thread.memory_context.mmap
+    base = mapping.ctypes.data
+    pages = [(addr - base) >> shift for addr, _, _ in spy.calls]
+    assert len(pages) == len(set(pages)), "a page was requested twice in one epoch"
+    assert set(pages) == set(first), "requested pages differ from the pages the epoch reads"
+    for (addr, length, at), page in zip(spy.calls, pages):
+        assert addr == base + (page << shift)
+        assert length == min(1 << shift, mapping.size - (page << shift))
+        assert at <= first[page], f"page {page} requested at batch {at}, read at {first[page]}"
+
+
+def test_schedule_first_use_counts_both_fields() -> None:
+    """A page first read through field B (A's pages come later) is due at B's batch."""
+    a_ptr = np.array([0, 1, 2, 3], dtype=np.uint64) << 4
+    b_ptr = np.array([3, 3, 0, 1], dtype=np.uint64) << 4
+    first, pages = page_schedule(np.array([0, 1, 2, 3]), 1, [a_ptr, b_ptr], 4)
+    assert dict(zip(pages.tolist(), first.tolist())) == {0: 0, 3: 0, 1: 1, 2: 2}
+    assert list(first) == sorted(first)
+
+
+def test_in_flight_cap_and_stop() -> None:
+    """With a cap of 2 unread pages, a far-ahead helper requests no more than that."""
+    calls: list[int] = []
+    first = np.array([0, 1, 1, 1, 1, 5], dtype=np.int64)
+    pages = np.arange(6, dtype=np.int64)
+    p = Prefetcher(0, 6 * PAGE, PAGE, (first, pages), ahead=10, max_in_flight=2)
+    p._request = calls.append  # type: ignore[method-assign]
+    p.start()
+    p.advance(0)
+    with p._cond:
+        while p.requested < 3 and not p.stopped:
+            p._cond.wait(1.0)
+    assert calls == [0, 1, 2], "cap of 2 pages not yet read exceeded"
+    p.advance(1)
+    p.stop()
+    assert not p.is_alive()
+    assert calls[:5] == [0, 1, 2, 3, 4]
+
+
+def _prefetch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ffcv-pairs-prefetch" and t.is_alive()]
+
+
+def test_abandoned_epochs_leave_no_threads(beton: Path) -> None:
+    loader = _loader(beton, "quasi_random", 4)
+    for _ in range(3):
+        for i, _batch in enumerate(loader):
+            if i == 2:
+                break
+    for _ in loader:  # one whole epoch
+        pass
+    next(iter(loader))
+    loader.close()
+    assert _prefetch_threads() == []
+
+
+def test_prefetch_rejects_negative(beton: Path) -> None:
+    with pytest.raises(ValueError, match="prefetch must be non-negative"):
+        _loader(beton, "random", -1)

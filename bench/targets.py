@@ -185,6 +185,5 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         + _startup_targets(results)
         + _writer_targets(results)
         + _memory_targets(results)
-        + _memory_targets(results)
         + _cold_targets(results)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 
@@ -87,13 +88,20 @@ def test_every_page_requested_once_before_its_batch(
         thread = loader._active
     mapping = thread.memory_context.mmap
     base = mapping.ctypes.data
-    pages = [(addr - base) >> shift for addr, _, _ in spy.calls]
-    assert len(pages) == len(set(pages)), "a page was requested twice in one epoch"
-    assert set(pages) == set(first), "requested pages differ from the pages the epoch reads"
-    for (addr, length, at), page in zip(spy.calls, pages):
-        assert addr == base + (page << shift)
-        assert length == min(1 << shift, mapping.size - (page << shift))
+    covered: dict[int, list[tuple[int, int]]] = {}  # page -> its chunks, in call order
+    for addr, length, at in spy.calls:
+        page = (addr - base) >> shift
+        assert length <= prefetch_mod.CHUNK
         assert at <= first[page], f"page {page} requested at batch {at}, read at {first[page]}"
+        covered.setdefault(page, []).append((addr - base, length))
+    assert set(covered) == set(first), "requested pages differ from the pages the epoch reads"
+    for page, chunks in covered.items():
+        # One pass of contiguous chunks over exactly the whole page: requested once.
+        start, end = page << shift, min((page + 1) << shift, mapping.size)
+        assert chunks[0][0] == start and sum(n for _, n in chunks) == end - start
+        assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(chunks)), (
+            f"page {page} requested twice, or with a gap"
+        )
 
 
 def test_schedule_first_use_counts_both_fields() -> None:

@@ -29,11 +29,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["MADV_WILLNEED", "Prefetcher", "madvise", "page_schedule"]
+__all__ = ["CHUNK", "MADV_WILLNEED", "Prefetcher", "madvise", "page_schedule"]
 
 log = logging.getLogger(__name__)
 
 MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
+#: Bytes per WILLNEED call (measured: an 8 MiB call read 4 MiB at read_ahead_kb=128).
+CHUNK = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.madvise.restype = ctypes.c_int
@@ -146,11 +148,14 @@ class Prefetcher(threading.Thread):
         return min(due, used + self.max_in_flight)
 
     def _request(self, page: int) -> None:
+        """Ask for the whole page, in ``CHUNK`` pieces: the kernel reads at most
+        ``max(read_ahead_kb, max_sectors_kb)`` per WILLNEED call (128 KiB on many
+        systems), so one 8 MiB call would leave most of the page to faults."""
         offset = page * self.page_size
-        length = min(self.page_size, self.size - offset)
-        if length > 0:
-            start = (self.address + offset) & ~(mmap.PAGESIZE - 1)  # the OS page under it
-            madvise(start, self.address + offset + length - start, MADV_WILLNEED)
+        end = self.address + offset + min(self.page_size, self.size - offset)
+        start = (self.address + offset) & ~(mmap.PAGESIZE - 1)  # the OS page under it
+        for at in range(start, end, CHUNK):
+            madvise(at, min(CHUNK, end - at), MADV_WILLNEED)
 
     def run(self) -> None:
         n = len(self.pages)

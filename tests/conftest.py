@@ -102,6 +102,31 @@ def pairs_dir(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+# -- the small per-sample source of the writer's kill, resume and pool tests -----------------
+SMALL_N = 120  # uint8[3, 8, 8] pairs: 10 per 4 KiB page, 12 data pages
+
+
+def small_argv(src: Path, out: Path, *extra: str) -> list[str]:
+    """The write command for the small source: 4 KiB pages, so 12 data pages."""
+    return [str(src), str(out), "--split", "train", "--page-size", "4KiB", "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def small_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    a, b, labels = make_arrays(SMALL_N, (3, 8, 8), seed=3)
+    return write_per_sample(tmp_path_factory.mktemp("small") / "pt", "train", a, b, labels)
+
+
+@pytest.fixture(scope="module")
+def small_reference(small_src: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The bytes of an uninterrupted 2-worker write of ``small_src``."""
+    from ffcv_pairs.cli import write_main
+
+    out = tmp_path_factory.mktemp("reference")
+    assert write_main(small_argv(small_src, out, "--workers", "2")) == 0
+    return (out / "train.beton").read_bytes()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``cuda`` need a CUDA GPU: skipped without one (``pytest -m cuda`` runs them)."""
     if torch.cuda.is_available():

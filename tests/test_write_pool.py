@@ -10,31 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_arrays, write_per_sample
+from conftest import SMALL_N, small_argv
 from writer_proc import finish, reached, start_writer
 
 from ffcv_pairs.cli import write_main
 from ffcv_pairs.write.pool import WriteError, run_tasks
 from ffcv_pairs.write.sources import SourceError
 
-N = 120  # uint8[3, 8, 8] pairs: 10 per 4 KiB page, 12 data pages
-
-
-@pytest.fixture(scope="module")
-def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    a, b, labels = make_arrays(N, (3, 8, 8), seed=4)
-    return write_per_sample(tmp_path_factory.mktemp("pool") / "pt", "train", a, b, labels)
-
-
-def _argv(src: Path, out: Path, *extra: str) -> list[str]:
-    return [str(src), str(out), "--split", "train", "--page-size", "4KiB", "--no-progress", *extra]
-
-
-@pytest.fixture(scope="module")
-def reference(src: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    out = tmp_path_factory.mktemp("reference")
-    assert write_main(_argv(src, out, "--workers", "2")) == 0
-    return (out / "train.beton").read_bytes()
+N = SMALL_N
 
 
 def _one_line(log: Path) -> str:
@@ -43,20 +26,23 @@ def _one_line(log: Path) -> str:
     return lines[0]
 
 
-def _resume_matches(capsys, src: Path, out: Path, reference: bytes) -> None:
+def _resume_matches(capsys, small_src: Path, out: Path, small_reference: bytes) -> None:
     capsys.readouterr()
-    assert write_main(_argv(src, out, "--workers", "2", "--resume")) == 0
+    assert write_main(small_argv(small_src, out, "--workers", "2", "--resume")) == 0
     assert "resumed: kept" in capsys.readouterr().out
-    assert (out / "train.beton").read_bytes() == reference
+    assert (out / "train.beton").read_bytes() == small_reference
 
 
 def test_killed_worker_ends_the_writer_cleanly(
-    capsys, tmp_path: Path, src: Path, reference: bytes
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
 ) -> None:
     out, hooks = tmp_path / "out", tmp_path / "hooks"
     hooks.mkdir()
     proc = start_writer(
-        _argv(src, out, "--workers", "2"), tmp_path / "log", hook="page@6:block", hook_dir=hooks
+        small_argv(small_src, out, "--workers", "2"),
+        tmp_path / "log",
+        hook="page@6:block",
+        hook_dir=hooks,
     )
     victim = reached(hooks)[0]
     os.kill(victim, signal.SIGKILL)
@@ -65,19 +51,22 @@ def test_killed_worker_ends_the_writer_cleanly(
     assert f"worker process {victim} was killed by SIGKILL" in line, line
     assert "train.beton.partial kept with" in line and "--resume" in line
     assert not (out / "train.beton").exists()
-    _resume_matches(capsys, src, out, reference)
+    _resume_matches(capsys, small_src, out, small_reference)
 
 
 @pytest.mark.parametrize(
     ("signum", "words"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")]
 )
 def test_sigterm_and_ctrl_c_stop_the_writer(
-    capsys, tmp_path: Path, src: Path, reference: bytes, signum: int, words: str
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes, signum: int, words: str
 ) -> None:
     out, hooks = tmp_path / "out", tmp_path / "hooks"
     hooks.mkdir()
     proc = start_writer(
-        _argv(src, out, "--workers", "2"), tmp_path / "log", hook="page@6:block", hook_dir=hooks
+        small_argv(small_src, out, "--workers", "2"),
+        tmp_path / "log",
+        hook="page@6:block",
+        hook_dir=hooks,
     )
     workers = reached(hooks)
     os.kill(proc.pid, signum)
@@ -87,28 +76,31 @@ def test_sigterm_and_ctrl_c_stop_the_writer(
     for pid in workers:  # the blocked workers were stopped too
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    _resume_matches(capsys, src, out, reference)
+    _resume_matches(capsys, small_src, out, small_reference)
 
 
 def test_second_writer_is_refused_and_first_finishes_intact(
-    capsys, tmp_path: Path, src: Path, reference: bytes
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
 ) -> None:
     out, hooks = tmp_path / "out", tmp_path / "hooks"
     hooks.mkdir()
     first = start_writer(
-        _argv(src, out, "--workers", "2"), tmp_path / "log", hook="page@3:block", hook_dir=hooks
+        small_argv(small_src, out, "--workers", "2"),
+        tmp_path / "log",
+        hook="page@3:block",
+        hook_dir=hooks,
     )
     reached(hooks)
     partial = out / "train.beton.partial"
     inode = partial.stat().st_ino
     capsys.readouterr()
-    assert write_main(_argv(src, out, "--workers", "1")) == 2
+    assert write_main(small_argv(small_src, out, "--workers", "1")) == 2
     err = capsys.readouterr().err.strip()
     assert "another writer" in err and "nothing was touched" in err, err
     assert partial.stat().st_ino == inode  # still the first writer's file
     (hooks / "release").touch()
     assert finish(first) == 0, (tmp_path / "log").read_text()
-    assert (out / "train.beton").read_bytes() == reference
+    assert (out / "train.beton").read_bytes() == small_reference
     assert sorted(p.name for p in out.iterdir()) == ["train.beton", "train.beton.json"]
 
 

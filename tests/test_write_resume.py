@@ -9,34 +9,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_arrays, write_per_sample
+from conftest import SMALL_N, small_argv
 from writer_proc import finish, start_writer
 
 from ffcv_pairs.cli import main, write_main
 
-N = 120  # uint8[3, 8, 8] pairs: 10 per 4 KiB page, 12 data pages
+N = SMALL_N
 
 
-@pytest.fixture(scope="module")
-def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    a, b, labels = make_arrays(N, (3, 8, 8), seed=3)
-    return write_per_sample(tmp_path_factory.mktemp("resume") / "pt", "train", a, b, labels)
-
-
-def _argv(src: Path, out: Path, *extra: str) -> list[str]:
-    return [str(src), str(out), "--split", "train", "--page-size", "4KiB", "--no-progress", *extra]
-
-
-@pytest.fixture(scope="module")
-def reference(src: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    out = tmp_path_factory.mktemp("reference")
-    assert write_main(_argv(src, out, "--workers", "2")) == 0
-    return (out / "train.beton").read_bytes()
-
-
-def _resume(capsys, src: Path, out: Path) -> str:
+def _resume(capsys, small_src: Path, out: Path) -> str:
     capsys.readouterr()
-    assert write_main(_argv(src, out, "--workers", "2", "--resume")) == 0
+    assert write_main(small_argv(small_src, out, "--workers", "2", "--resume")) == 0
     return capsys.readouterr().out
 
 
@@ -50,14 +33,16 @@ def _resume(capsys, src: Path, out: Path) -> str:
     ],
 )
 def test_kill_then_resume_is_byte_identical(
-    capsys, tmp_path: Path, src: Path, reference: bytes, point: str, left: set[str]
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes, point: str, left: set[str]
 ) -> None:
     out = tmp_path / "out"
-    proc = start_writer(_argv(src, out, "--workers", "2"), tmp_path / "log", hook=f"{point}:kill")
+    proc = start_writer(
+        small_argv(small_src, out, "--workers", "2"), tmp_path / "log", hook=f"{point}:kill"
+    )
     assert finish(proc) == -signal.SIGKILL
     assert {p.name.removeprefix("train.beton") for p in out.iterdir()} == left
-    printed = _resume(capsys, src, out)
-    assert (out / "train.beton").read_bytes() == reference
+    printed = _resume(capsys, small_src, out)
+    assert (out / "train.beton").read_bytes() == small_reference
     assert sorted(p.name for p in out.iterdir()) == ["train.beton", "train.beton.json"]
     if point == "journal@3":  # pages journaled before the kill were kept, not rewritten
         kept = int(printed.split("resumed: kept ")[1].split()[0])
@@ -68,20 +53,20 @@ def test_kill_then_resume_is_byte_identical(
 
 
 def test_resume_refuses_a_changed_source_or_setting(
-    capsys, tmp_path: Path, src: Path, reference: bytes
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
 ) -> None:
     changed = tmp_path / "pt"
     changed.mkdir()
-    for f in src.iterdir():
+    for f in small_src.iterdir():
         os.link(f, changed / f.name)
     out = tmp_path / "out"
     proc = start_writer(
-        _argv(changed, out, "--workers", "2"), tmp_path / "log", hook="journal@3:kill"
+        small_argv(changed, out, "--workers", "2"), tmp_path / "log", hook="journal@3:kill"
     )
     assert finish(proc) == -signal.SIGKILL
     capsys.readouterr()
 
-    assert write_main(_argv(changed, out, "--resume", "--page-size", "8KiB")) == 2
+    assert write_main(small_argv(changed, out, "--resume", "--page-size", "8KiB")) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot resume" in err and "page size changed (4096 -> 8192)" in err, err
 
@@ -89,41 +74,41 @@ def test_resume_refuses_a_changed_source_or_setting(
     torch.save(torch.zeros(3, 8, 8, dtype=torch.uint8).clone(), changed / "train_A_images_17.pt")
     with open(changed / "train_A_images_17.pt", "ab") as f:
         f.write(b"\0")
-    assert write_main(_argv(changed, out, "--resume")) == 2
+    assert write_main(small_argv(changed, out, "--resume")) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
     assert "source file train_A_images_17.pt changed" in err, err
     assert (out / "train.beton.partial").exists()  # refused, nothing touched
 
-    assert write_main(_argv(src, out)) == 0  # without --resume: start over
-    assert (out / "train.beton").read_bytes() == reference
+    assert write_main(small_argv(small_src, out)) == 0  # without --resume: start over
+    assert (out / "train.beton").read_bytes() == small_reference
 
 
 def test_resume_without_an_interrupted_run_writes_afresh_or_keeps_a_finished_file(
-    capsys, tmp_path: Path, src: Path, reference: bytes
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
 ) -> None:
     out = tmp_path / "out"
-    printed = _resume(capsys, src, out)
+    printed = _resume(capsys, small_src, out)
     assert "resumed" not in printed
-    assert (out / "train.beton").read_bytes() == reference
+    assert (out / "train.beton").read_bytes() == small_reference
     inode = (out / "train.beton").stat().st_ino
-    assert "resumed: kept 12 of 12 pages" in _resume(capsys, src, out)  # e.g. the first split
+    assert "resumed: kept 12 of 12 pages" in _resume(capsys, small_src, out)  # e.g. the first split
     assert (out / "train.beton").stat().st_ino == inode
     assert sorted(p.name for p in out.iterdir()) == ["train.beton", "train.beton.json"]
 
 
 def test_bad_file_mid_write_keeps_a_resumable_partial(
-    capsys, tmp_path: Path, src: Path, reference: bytes
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
 ) -> None:
     copy = tmp_path / "pt"
     copy.mkdir()
-    for f in src.iterdir():
+    for f in small_src.iterdir():
         os.link(f, copy / f.name)
     good = (copy / "train_A_images_95.pt").read_bytes()
     (copy / "train_A_images_95.pt").unlink()
     (copy / "train_A_images_95.pt").write_bytes(b"not a pickle")  # page 9 of 12
     out = tmp_path / "out"
-    assert write_main(_argv(copy, out, "--workers", "1")) == 2
+    assert write_main(small_argv(copy, out, "--workers", "1")) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err, err
     assert "train_A_images_95.pt" in err and "cannot load" in err
@@ -132,4 +117,4 @@ def test_bad_file_mid_write_keeps_a_resumable_partial(
 
     (copy / "train_A_images_95.pt").write_bytes(good)  # not among the sampled files
     assert "resumed: kept 9 of 12 pages" in _resume(capsys, copy, out)
-    assert (out / "train.beton").read_bytes() == reference
+    assert (out / "train.beton").read_bytes() == small_reference

@@ -41,7 +41,7 @@ def check_indices(indices: object, num_samples: int) -> np.ndarray | None:
             )
         return np.flatnonzero(ids).astype(np.int64)
     if ids.dtype.kind not in "iu":
-        first = ids[0] if len(ids) else None
+        first = ids[0].item() if len(ids) else None
         raise ValueError(
             f"indices must be integer sample ids or a boolean mask, got a {ids.dtype} array "
             f"(first value {first!r})"

@@ -245,6 +245,8 @@ class PairLoader:
                 self._progress = None
         finally:
             it.close()
+            if self._active is it:
+                self._active = None
 
     # -- resume ------------------------------------------------------------------------
     def _position(self, state: EpochPosition) -> int:

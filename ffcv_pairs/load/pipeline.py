@@ -77,7 +77,7 @@ class BufferGraph(Graph):
             self.next_slot = 0
         return self.buffers
 
-    def codegen_stage(self, stage, s_ix, op_to_node, code, already_defined):  # type: ignore[no-untyped-def]
+    def codegen_stage(self, stage, s_ix, op_to_node, code, already_defined):
         # Upstream wraps the functions of even-numbered stages in a fresh njit. Ours are
         # thin Python wrappers around cached @njit kernels (a fresh njit would recompile
         # them for every loader), so every stage is given an odd number: nothing is

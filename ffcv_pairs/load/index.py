@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
@@ -78,7 +79,7 @@ class PageIndex:
     samples: np.ndarray
 
     @classmethod
-    def build(cls, reader: PairReader, indices: np.ndarray | None = None) -> PageIndex:
+    def build(cls, reader: PairReader, indices: npt.ArrayLike | None = None) -> PageIndex:
         """The index of ``indices`` (see :func:`check_indices`), or of every sample.
 
         Raises:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from ffcv.pipeline import PipelineSpec
 from ffcv.pipeline.operation import Operation
@@ -69,7 +70,7 @@ class LoaderConfig:
     window_bytes: int = DEFAULT_WINDOW_BYTES
     rank: int | None = None
     world_size: int | None = None
-    indices: np.ndarray | None = field(default=None, compare=False)
+    indices: npt.ArrayLike | None = field(default=None, compare=False)
     verify: bool = False
     max_ram_gb: float | None = None
 
@@ -325,7 +326,7 @@ def make_loader(
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     rank: int | None = None,
     world_size: int | None = None,
-    indices: np.ndarray | None = None,
+    indices: npt.ArrayLike | None = None,
     verify: bool = False,
     max_ram_gb: float | None = None,
 ) -> PairLoader:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from conftest import make_arrays
 
-from ffcv_pairs import ArraySource, PairAugment, PairLoader, make_loader, write_pairs
+from ffcv_pairs import ArraySource, PairAugment, PairLoader, PairReader, make_loader, write_pairs
 from ffcv_pairs.format.sidecar import manifest_path
+from ffcv_pairs.load.elastic import Segment, remaining
+from ffcv_pairs.load.index import PageIndex
+from ffcv_pairs.load.order import OrderSpec, epoch_order
 
 N, EPOCH = 500, 1
 AUG = PairAugment(hflip=0.5, brightness=0.2, contrast=0.3)
@@ -61,11 +65,15 @@ def reference(path: Path) -> dict[int, tuple[str, str]]:
 
 
 def _check_epoch(runs: list[dict], reference: dict, last_world: int, last_batch: int) -> None:
-    """Over all runs, every sample at most once, fewer than last_world*last_batch
-    missing, and each sample's bytes those of the uninterrupted run."""
+    """Over all runs (the last ``last_world`` of them the final world's), every sample
+    at most once, and missing only what the final world's deal drops (fewer than
+    last_world * last_batch: each rank's equal share cut to whole batches), each sample
+    with the bytes of the uninterrupted run."""
     ids = [sid for run in runs for sid in run]
     assert len(ids) == len(set(ids)), "a sample was read twice"
-    assert 0 <= N - len(ids) < last_world * last_batch
+    rest = N - sum(len(run) for run in runs[:-last_world])
+    dropped = rest - last_world * (rest // last_world // last_batch * last_batch)
+    assert N - len(ids) == dropped < last_world * last_batch
     for run in runs:
         for sid, digest in run.items():
             assert digest == reference[sid], f"sample {sid}'s augmented bytes differ"
@@ -146,6 +154,22 @@ def test_elastic_resume(path: Path, reference: dict, old, new, order: str) -> No
     _check_epoch(runs, reference, world2, batch2)
     # The rest is dealt in equal shares: every new rank reads the same number of batches.
     assert len({len(r) for r in runs[world:]}) == 1
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+@pytest.mark.parametrize("world", [2, 3, 4, 7])
+def test_the_pool_is_every_sample_not_consumed(path: Path, world: int, drop_last: bool) -> None:
+    """What a resume deals out: each unconsumed sample once, including those the old
+    world's cut to whole batches left out (so nothing is lost before the final deal)."""
+    index = PageIndex.build(PairReader(path))
+    spec = OrderSpec("quasi_random", 16, 3, 0, world, drop_last, 2)
+    consumed = np.concatenate(
+        [epoch_order(index, replace(spec, rank=r), EPOCH)[: 3 * 16] for r in range(world)]
+    )
+    pool = remaining(index, spec, EPOCH, [Segment(world, 16, drop_last, 3)])
+    assert pool is not None and len(pool) == len(set(pool.tolist()))
+    assert not set(pool.tolist()) & set(consumed.tolist())
+    assert set(pool.tolist()) | set(consumed.tolist()) == set(range(N))
 
 
 def test_resume_of_a_resume(path: Path, reference: dict) -> None:

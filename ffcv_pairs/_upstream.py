@@ -12,6 +12,11 @@ process (every rank) twice, for an image field this project never reads:
   JPEG writer and resizer. Here the module gets a stand-in that imports the
   real ``cv2`` the first time one of its attributes is used.
 
+And ``ffcv/pipeline/compiler.py`` sets torch's and numba's thread counts to 1
+on import, in the importing thread: both are put back as they were, so
+``import ffcv_pairs`` changes neither. (The loader's epoch threads set their
+own counts, which are per thread.)
+
 Without effect when ffcv was imported before ffcv_pairs.
 """
 
@@ -43,8 +48,11 @@ class LazyModule(types.ModuleType):
 def import_ffcv() -> None:
     if "ffcv" in sys.modules:
         return
+    import numba
     import numba.typed
+    import torch
 
+    threads = torch.get_num_threads(), numba.get_num_threads()
     typed_dict = numba.typed.Dict
     numba.typed.Dict = dict
     stub = LazyModule("cv2")
@@ -55,6 +63,10 @@ def import_ffcv() -> None:
         numba.typed.Dict = typed_dict
         if sys.modules.get("cv2") is stub:
             del sys.modules["cv2"]  # a later ``import cv2`` gets the real module
+        if torch.get_num_threads() != threads[0]:
+            torch.set_num_threads(threads[0])
+        if numba.get_num_threads() != threads[1]:
+            numba.set_num_threads(threads[1])
 
 
 import_ffcv()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pickle
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from conftest import make_arrays
@@ -18,7 +20,13 @@ BATCH = 16
 
 
 def _rank_main(rank: int, world: int, path: str, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{out_dir}/pg", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{out_dir}/pg",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),  # a rank left waiting fails the test, not hangs it
+    )
     try:
         loader = make_loader(path, batch_size=BATCH, seed=7, num_threads=1, window_bytes=2 * 4096)
         a = np.load(f"{out_dir}/a.npy")
@@ -30,6 +38,15 @@ def _rank_main(rank: int, world: int, path: str, out_dir: str) -> None:
                 ids.append(label.numpy().copy())
                 assert xa.numpy().tobytes() == a[label.numpy()].tobytes()
             result["epochs"].append(np.concatenate(ids))
+        # Without drop_last the shares differ by one sample (997 over 2 or 3 ranks), which
+        # at batch 2 would be one batch more on some ranks: DDP's all-reduce at the last
+        # step would wait forever. Padding by wrapping gives every rank the same length.
+        loader = make_loader(path, batch_size=2, drop_last=False, num_threads=1)
+        ids, steps = [], torch.zeros(1)
+        for _, _, label in loader:
+            dist.all_reduce(steps)  # what DDP does at every backward
+            ids.append(label.numpy().copy())
+        result["padded"] = np.concatenate(ids)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -56,6 +73,10 @@ def test_gloo_ranks(tmp_path: Path, world: int) -> None:
         union = np.concatenate(per_rank)
         assert len(np.unique(union)) == len(union), "ranks must be disjoint"
         assert 0 <= n - len(union) < world * BATCH
+    padded = [r["padded"] for r in results]
+    assert len({len(p) for p in padded}) == 1, "equal lengths without drop_last"
+    union = np.concatenate(padded)
+    assert set(union.tolist()) == set(range(n)) and len(union) - n < world
     for r in results:
         np.testing.assert_array_equal(r["epochs"][0], r["epochs"][2])  # same seed+epoch
         assert not np.array_equal(r["epochs"][0], r["epochs"][1])  # epochs differ

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -77,7 +80,8 @@ def test_val_is_sequential_and_complete(beton: Path) -> None:
         loader = dm.val_dataloader()
         assert loader.spec.kind == "sequential" and loader.config.augment is None
         seen.extend(int(i) for _, _, lab in loader for i in lab)
-    assert sorted(seen) == list(range(500))
+    # Nothing dropped; the ranks' shares padded to equal lengths (167 each) by wrapping.
+    assert set(seen) == set(range(500)) and len(seen) == 3 * 167
 
 
 def test_cli_fast_dev_run_with_demo_config(beton: Path, tmp_path: Path) -> None:
@@ -105,10 +109,22 @@ def test_cli_fast_dev_run_with_demo_config(beton: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def _ddp(out: Path, train: Path, mode: str, devices: int = 2) -> list[dict]:
+def _records(out: Path, mode: str, devices: int) -> list[dict]:
+    """Per rank: the ids of each batch trained on, with its epoch and step."""
+    runs = []
+    for rank in range(devices):
+        path = out / f"{mode}-{devices}-rank{rank}.jsonl"
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        run = {k: [x[k] for x in lines] for k in ("ids", "epoch", "step")}
+        summary = out / f"{mode}-{devices}-rank{rank}.json"
+        runs.append({**run, **(json.loads(summary.read_text()) if summary.exists() else {})})
+    return runs
+
+
+def _ddp(out: Path, train: Path, mode: str, devices: int, batch: int) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out), str(train), mode, str(devices)],
+        [sys.executable, str(SCRIPT), str(out), str(train), mode, str(devices), str(batch)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -116,44 +132,139 @@ def _ddp(out: Path, train: Path, mode: str, devices: int = 2) -> list[dict]:
         cwd=out,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return [json.loads((out / f"{mode}-rank{r}.json").read_text()) for r in range(devices)]
+    return _records(out, mode, devices)
 
 
 def _by_epoch(run: dict, epoch: int) -> list[int]:
-    return [i for ids, e in zip(run["ids"], run["epochs"]) if e == epoch for i in ids]
+    return [i for ids, e in zip(run["ids"], run["epoch"]) if e == epoch for i in ids]
 
 
-def test_ddp_two_ranks_and_mid_epoch_resume(beton: Path, tmp_path: Path) -> None:
-    """Trainer(accelerator="cpu", devices=2, strategy="ddp") on gloo, then resume."""
+BATCH = 24  # per device, on 2 devices: 10 batches an epoch
+
+
+@pytest.fixture(scope="module")
+def killed(beton: Path, tmp_path_factory) -> tuple[Path, list[dict]]:
+    """A 2-rank DDP fit that checkpoints 3 batches into epoch 1 (step 13), then loses
+    rank 1 to SIGKILL at the next step; the survivor is killed too (as a scheduler
+    would), after a grace period in which it may fail on its own.
+
+    Returns the run's folder (with ``mid.ckpt``) and what each rank trained on up to
+    the checkpoint."""
+    out = tmp_path_factory.mktemp("killed")
     ids = beton.with_name("ids.beton")
-    full = _ddp(tmp_path, ids, "full")
-    assert full[0]["world"] == 2
-    assert full[0]["steps"] == full[1]["steps"] == 2 * (500 // 32)
-    for epoch in (0, 1):
-        r0, r1 = _by_epoch(full[0], epoch), _by_epoch(full[1], epoch)
-        assert len(r0) == len(r1) == (500 // 32) * 16
-        assert not set(r0) & set(r1), "ranks must see disjoint samples"
-        assert 500 - len(set(r0) | set(r1)) < 2 * 16
-    assert _by_epoch(full[0], 0) != _by_epoch(full[0], 1), "epochs must differ"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, str(SCRIPT), str(out), str(ids), "kill", "2", str(BATCH)]
+    with (out / "stderr").open("w") as err:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=out, start_new_session=True
+        )
+        try:
+            victim = out / "victim.pid"
+            deadline = time.monotonic() + 600
+            while not victim.exists():  # rank 1 writes it once the checkpoint is on disk
+                assert proc.poll() is None, (out / "stderr").read_text()[-4000:]
+                assert time.monotonic() < deadline, "the run never reached the kill point"
+                time.sleep(0.05)
+            os.kill(int(victim.read_text()), signal.SIGKILL)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the job's process group, started here
+            proc.wait()
+    assert proc.returncode != 0, "the job cannot have finished without rank 1"
+    stop = 500 // 2 // BATCH + 3
+    runs = _records(out, "kill", 2)
+    for run in runs:  # what the checkpoint holds: the steps before it
+        keep = [k for k, step in enumerate(run["step"]) if step < stop]
+        for key in ("ids", "epoch", "step"):
+            run[key] = [run[key][k] for k in keep]
+        assert len(run["ids"]) == stop
+    return out, runs
 
-    part = _ddp(tmp_path, ids, "part")
-    resumed = _ddp(tmp_path, ids, "resume")
+
+def _planned(ids: Path, rank: int, world: int, batch: int, epochs=(0, 1)) -> list[list[int]]:
+    """The batches the loader plans for ``rank`` (what the DDP script's loader is)."""
+    from ffcv_pairs import make_loader
+
+    loader = make_loader(
+        ids, batch_size=batch, seed=5, window_bytes=8192, rank=rank, world_size=world
+    )
+    out = []
+    for epoch in epochs:
+        loader.set_epoch(epoch)
+        out += [lab.tolist() for _, _, lab in loader]
+    return out
+
+
+def test_ddp_two_ranks_and_mid_epoch_resume(beton: Path, killed) -> None:
+    """Trainer(accelerator="cpu", devices=2, strategy="ddp") on gloo, killed, resumed on 2."""
+    out, part = killed
+    ids = beton.with_name("ids.beton")
+    resumed = _ddp(out, ids, "resume", 2, BATCH)
+    assert {run["world"] for run in resumed} == {2}
+    planned = [_planned(ids, rank, 2, BATCH) for rank in (0, 1)]
     for rank in (0, 1):
-        # A repeated run with the same seed trains on the same samples in the same order...
-        assert part[rank]["ids"] == full[rank]["ids"][: len(part[rank]["ids"])]
-        # ...and interrupted mid-epoch then resumed, it continues exactly where it stopped.
-        assert part[rank]["ids"] + resumed[rank]["ids"] == full[rank]["ids"]
+        # Each rank trains on its share, batch by batch, and killed mid-epoch then
+        # resumed, it continues exactly where it stopped.
+        assert part[rank]["ids"] + resumed[rank]["ids"] == planned[rank]
+        assert resumed[rank]["steps"] == 2 * (500 // 2 // BATCH)
+    for epoch in (0, 1):
+        r0, r1 = (_by_epoch(part[r], epoch) + _by_epoch(resumed[r], epoch) for r in (0, 1))
+        assert len(r0) == len(r1) == (500 // 2 // BATCH) * BATCH
+        assert not set(r0) & set(r1), "ranks must see disjoint samples"
+        assert 500 - len(set(r0) | set(r1)) < 2 * BATCH
+    epoch1 = _by_epoch(part[0], 1) + _by_epoch(resumed[0], 1)
+    assert _by_epoch(part[0], 0) != epoch1, "epochs must differ"
+
+
+@pytest.mark.parametrize(("devices", "batch"), [(1, 16), (3, 24)])
+def test_killed_job_resumes_on_other_device_counts(
+    beton: Path, killed, devices: int, batch: int
+) -> None:
+    """``--ckpt_path`` from the killed 2-rank job, on 1 device (global batch 48 -> 16) and
+    on 3 (48 -> 72): the job completes, and epoch 1 is every sample once, apart from
+    fewer than devices x batch dropped at its end. (With a larger global batch,
+    Lightning would end the epoch early if its batch count were not moved.)"""
+    from ffcv_pairs import make_loader
+
+    out, part = killed
+    ids = beton.with_name("ids.beton")
+    resumed = _ddp(out, ids, "resume", devices, batch)
+    assert {run["world"] for run in resumed} == {devices}
+    assert all(set(run["epoch"]) == {1} for run in resumed), "only the rest of epoch 1"
+    seen = [i for run in part for i in _by_epoch(run, 1)] + [
+        i for run in resumed for ids_ in run["ids"] for i in ids_
+    ]
+    assert len(seen) == len(set(seen)), "a sample was trained on twice"
+    assert 0 <= 500 - len(seen) < devices * batch
+    # Each rank trained on exactly the loader's plan for it: Lightning's epoch ended
+    # with the loader's last batch (its batch count was moved to this world's).
+    state = torch.load(out / "mid.ckpt", weights_only=False)
+    state = state["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    stop = 500 // 2 // BATCH + 3
+    for rank, run in enumerate(resumed):
+        loader = make_loader(
+            ids, batch_size=batch, seed=5, window_bytes=8192, rank=rank, world_size=devices
+        )
+        loader.load_state_dict(state)
+        assert run["ids"] == [lab.tolist() for _, _, lab in loader]
+        assert run["steps"] == stop + len(run["ids"])
 
 
 def test_single_process_resume_through_lightning(beton: Path, tmp_path: Path) -> None:
     ids = beton.with_name("ids.beton")
-    full = _ddp(tmp_path, ids, "full", devices=1)
-    part = _ddp(tmp_path, ids, "part", devices=1)
-    resumed = _ddp(tmp_path, ids, "resume", devices=1)
-    assert part[0]["ids"] + resumed[0]["ids"] == full[0]["ids"]
+    part = _ddp(tmp_path, ids, "part", 1, 16)
+    resumed = _ddp(tmp_path, ids, "resume", 1, 16)
+    assert part[0]["ids"] + resumed[0]["ids"] == _planned(ids, 0, 1, 16)
     ckpt = torch.load(tmp_path / "mid.ckpt", weights_only=False)
     state = ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
     assert state["epoch"] == 1 and state["batches_consumed"] == 3
+    assert state["segments"] == [
+        {"world_size": 1, "batch_size": 16, "drop_last": True, "batches": 3}
+    ]
 
 
 @pytest.mark.slow

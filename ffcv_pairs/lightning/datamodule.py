@@ -8,11 +8,19 @@
   every epoch gets a new order. Lightning only injects a ``DistributedSampler``
   into a torch ``DataLoader``; this loader shards itself, so
   ``use_distributed_sampler`` may be either value.
-* Validation and test read sequentially, sharded, with nothing dropped (ranks may
-  differ by one batch: do not use per-step collectives in ``validation_step``).
-* Mid-epoch resume: Lightning saves the train loader's ``state_dict`` in every
-  checkpoint and restores it (its stateful-dataloader protocol); the rest of
-  the epoch then comes out exactly as it would have.
+* Validation and test read sequentially, sharded, with nothing dropped; the
+  ranks' shares are padded by wrapping to equal lengths (as ``DistributedSampler``
+  does: fewer than ``world_size`` samples are read twice), so per-step
+  collectives cannot hang.
+* Mid-epoch resume, on any number of devices: Lightning saves rank 0's train
+  loader ``state_dict`` in every checkpoint and restores it on every rank (its
+  stateful-dataloader protocol). The rest of the epoch is then every sample not
+  yet trained on, dealt to the new ranks, with the same augmented bytes; on the
+  same devices and batch size, in the same order too. Lightning counts the
+  interrupted epoch's batches in the old world's batches; when the world or the
+  batch size changed, the loader's ``on_resume`` hook moves that count to the new
+  world's, so the epoch ends with the loader's last batch and later epochs run
+  in full.
 """
 
 from __future__ import annotations
@@ -171,8 +179,21 @@ class PairDataModule(L.LightningDataModule):
 
     # -- Lightning hooks ---------------------------------------------------------------
     def train_dataloader(self) -> PairLoader:
-        self._loaders["train"] = self._loader("train")
-        return self._loaders["train"]
+        loader = self._loaders["train"] = self._loader("train")
+        loader.on_resume = self._align_progress
+        return loader
+
+    def _align_progress(self, saved: int, now: int) -> None:
+        """Lightning restored ``saved`` batches done in the interrupted epoch; on this
+        world the same samples are ``now`` batches of the loader's ``len()``. Lightning
+        ends an epoch when its count reaches ``len()``, so move its count to ``now``
+        (the four counters together, which keeps their order)."""
+        trainer = self.trainer
+        if trainer is None or saved == now:
+            return
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current
+        for name in ("ready", "started", "processed", "completed"):
+            setattr(progress, name, getattr(progress, name) + now - saved)
 
     def val_dataloader(self) -> Any:
         return self._loader("val") if self.paths["val"] else []

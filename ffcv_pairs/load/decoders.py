@@ -23,7 +23,6 @@ from dataclasses import replace
 import numba as nb
 import numpy as np
 from ffcv.pipeline.allocation_query import AllocationQuery
-from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
@@ -119,7 +118,9 @@ class PairDecoder(Operation):
                 mm, ptrs_a, ptrs_b, rows = _slot_pointers(
                     indices, metadata, ptr_b, storage_state, shift
                 )
-            kernel = decode_pairs if Compiler.num_threads > 1 else decode_pairs_serial
+            # numba's thread count is per thread: this epoch thread's, set from its
+            # loader's num_threads (upstream's Compiler.num_threads is process-wide).
+            kernel = decode_pairs if nb.get_num_threads() > 1 else decode_pairs_serial
             outs = (
                 planes_view(out_a, fa.out_planes, fa.out_height),
                 planes_view(out_b, fb.out_planes, fb.out_height),

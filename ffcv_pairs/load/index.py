@@ -11,11 +11,57 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
 
-__all__ = ["PageIndex"]
+__all__ = ["PageIndex", "check_indices"]
+
+
+def check_indices(indices: object, num_samples: int) -> np.ndarray | None:
+    """``indices`` as sorted, unique int64 sample ids (None: all samples).
+
+    A boolean mask of length ``num_samples`` selects by mask; otherwise a 1-d
+    array of integer ids.
+
+    Raises:
+        ValueError: a mask of the wrong length, a float (or other non-integer)
+            array, or a negative, out-of-range or duplicate id: naming the first.
+    """
+    if indices is None:
+        return None
+    ids = np.asarray(indices)
+    if ids.ndim != 1:
+        raise ValueError(f"indices must be 1-d, got shape {ids.shape}")
+    if ids.dtype == np.bool_:
+        if len(ids) != num_samples:
+            raise ValueError(
+                f"a boolean indices mask must have one entry per sample ({num_samples}), "
+                f"got {len(ids)}"
+            )
+        return np.flatnonzero(ids).astype(np.int64)
+    if ids.dtype.kind not in "iu":
+        first = ids[0].item() if len(ids) else None
+        raise ValueError(
+            f"indices must be integer sample ids or a boolean mask, got a {ids.dtype} array "
+            f"(first value {first!r})"
+        )
+    ids = ids.astype(np.int64, copy=False)
+    repeat = np.ones(len(ids), dtype=bool)
+    repeat[np.unique(ids, return_index=True)[1]] = False
+    bad = (ids < 0) | (ids >= num_samples) | repeat
+    if bad.any():
+        at = int(np.argmax(bad))
+        value = int(ids[at])
+        if value < 0:
+            why = "is negative"
+        elif value >= num_samples:
+            why = f"is out of range [0, {num_samples})"
+        else:
+            why = f"is a duplicate (first at indices[{int(np.argmax(ids == value))}])"
+        raise ValueError(f"indices[{at}] = {value} {why}")
+    return np.sort(ids)
 
 
 @dataclass(frozen=True)
@@ -33,14 +79,20 @@ class PageIndex:
     samples: np.ndarray
 
     @classmethod
-    def build(cls, reader: PairReader, indices: np.ndarray | None = None) -> PageIndex:
+    def build(cls, reader: PairReader, indices: npt.ArrayLike | None = None) -> PageIndex:
+        """The index of ``indices`` (see :func:`check_indices`), or of every sample.
+
+        Raises:
+            ValueError: bad ``indices``, naming the first bad value.
+        """
         ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[0])
         shift = reader.page_shift
-        if indices is None:
+        selected = check_indices(indices, reader.num_samples)
+        if selected is None:
             samples = np.arange(reader.num_samples, dtype=np.int64)
             page_of = np.asarray(ptrs) >> shift
         else:
-            samples = np.unique(np.asarray(indices, dtype=np.int64))
+            samples = selected
             page_of = np.asarray(ptrs[samples]) >> shift
         if len(page_of) > 1 and np.any(page_of[1:] < page_of[:-1]):
             # Files from upstream's multi-process writer are not in page order.

@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from ffcv.pipeline import PipelineSpec
-from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.operation import Operation
 from ffcv.transforms import ToDevice, ToTensor
 
@@ -36,11 +35,13 @@ from ..augment.ops import cpu_ops, device_ops
 from ..format.integrity import open_beton
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
+from .config import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig
 from .decoders import LabelDecoder, PairDecoder, TakeField
 from .devices import resolve_device
+from .elastic import EpochPosition, batches_in, plan_order, resume_epoch
 from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
-from .order import ORDERS, OrderKind, OrderSpec, PairTraversalOrder
+from .order import OrderKind, OrderSpec, PairTraversalOrder
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .resume import check_resume, resume_fingerprint
 from .world import default_num_threads, local_ranks, resolve_world
@@ -55,51 +56,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: The quasi-random window: 32 pages of 8 MiB.
-DEFAULT_WINDOW_BYTES = 256 << 20
-
-#: Batches the page prefetch stays ahead (measured: 4 was the fastest cold, bench/cold.py).
-DEFAULT_PREFETCH = 4
-
-
-@dataclass(frozen=True)
-class LoaderConfig:
-    """Everything :class:`PairLoader` needs besides the file. See :func:`make_loader`."""
-
-    batch_size: int
-    order: OrderKind = "quasi_random"
-    os_cache: bool = True
-    distributed: bool | None = None
-    seed: int = 0
-    drop_last: bool = True
-    augment: PairAugment | None = None
-    device: str | None = None
-    num_threads: int | None = None
-    batches_ahead: int = 2
-    prefetch: int = DEFAULT_PREFETCH
-    window_bytes: int = DEFAULT_WINDOW_BYTES
-    rank: int | None = None
-    world_size: int | None = None
-    indices: np.ndarray | None = field(default=None, compare=False)
-    verify: bool = False
-    max_ram_gb: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.order not in ORDERS:
-            raise ValueError(f"order {self.order!r} is not supported; must be one of {ORDERS}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
-        if self.batches_ahead < 1:
-            raise ValueError(f"batches_ahead must be at least 1, got {self.batches_ahead}")
-        if self.prefetch < 0:
-            raise ValueError(f"prefetch must be non-negative (0 disables it), got {self.prefetch}")
-        if self.num_threads is not None and self.num_threads < 1:
-            raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
-        if self.window_bytes < 1:
-            raise ValueError(f"window_bytes must be positive, got {self.window_bytes}")
-        if self.augment is not None and not isinstance(self.augment, PairAugment):
-            raise TypeError(f"augment must be a PairAugment or None, got {type(self.augment)}")
 
 
 class PairLoader:
@@ -148,10 +104,18 @@ class PairLoader:
         )
         self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
         check_budget(self.memory_estimate, cfg.max_ram_gb)
+        self._fingerprint = resume_fingerprint(self.reader, self.index, self.spec)
         self._next_epoch = 0
-        self._resume: tuple[int, int] | None = None
-        self._progress: tuple[int, int] | None = None  # (epoch, batches) while iterating
+        self._resume: EpochPosition | None = None  # loaded, not yet started
+        self._progress: EpochPosition | None = None  # the epoch being read, or abandoned
         self._active: EpochThread | None = None
+        #: Ids of the batch last handed out (on this rank), in batch order.
+        self.last_batch_ids = np.zeros(0, dtype=np.int64)
+        #: Called by :meth:`load_state_dict` on a mid-epoch state with the batches the
+        #: state counted as done and the batches this loader counts as done (they
+        #: differ when the world or batch size changed); PairDataModule uses it to
+        #: keep Lightning's batch count in step.
+        self.on_resume: Callable[[int, int], None] | None = None
 
     # -- pipelines ---------------------------------------------------------------------
     def _pipelines(self) -> dict[str, PipelineSpec]:
@@ -183,9 +147,8 @@ class PairLoader:
 
     # -- epochs ------------------------------------------------------------------------
     def __len__(self) -> int:
-        n = self.spec.num_samples(self.index.num_samples)
-        bs = self.config.batch_size
-        return n // bs if self.config.drop_last else -(-n // bs)
+        """Batches this rank reads in a whole epoch (a resumed epoch reads its rest)."""
+        return batches_in(self.num_samples, self.config.batch_size, self.config.drop_last)
 
     @property
     def batch_size(self) -> int:
@@ -211,12 +174,11 @@ class PairLoader:
     batch_sampler = None
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """Sample ids this rank reads in ``epoch``, in order (before batching)."""
-        order = self._engine.traversal_order.sample_order(epoch)
-        return np.asarray(order)[: len(self) * self.batch_size]
+        """Sample ids this rank reads in a whole ``epoch``, in order (before batching)."""
+        return plan_order(self.index, self.spec, epoch)
 
     def close(self) -> None:
-        """Stop the loading thread of an unfinished epoch."""
+        """Stop the loading thread of an unfinished epoch (and wait for it)."""
         if self._active is not None:
             self._active.close()
             self._active = None
@@ -226,59 +188,85 @@ class PairLoader:
 
         Lightning creates the first epoch's iterator before it calls ``set_epoch``
         (and calls ``iter()`` once more just to check the loader), so nothing may
-        happen before the first batch is asked for.
+        happen before the first batch is asked for. Starting an epoch closes the
+        previous one: its iterator ends.
         """
         self.close()
         epoch = self._next_epoch
         self._next_epoch = epoch + 1
-        skip = 0
-        if self._resume is not None and self._resume[0] == epoch:
-            skip = self._resume[1]
+        state = self._resume
+        if state is None or state.epoch != epoch:
+            state = EpochPosition.start(self.index, self.spec, epoch)
         self._resume = None
-        order = self.epoch_order(epoch)[skip * self.batch_size :]
+        bs = self.batch_size
+        rest = state.order[state.now.batches * bs :]
         self._clock[1] = epoch
-        self._progress = (epoch, skip)
-        if len(order) == 0:
-            self._progress = None
+        self._progress = None if state.finished else state
+        if state.finished:
             return
-        Compiler.set_num_threads(self.num_threads)
         cfg = self.config
         # At most two windows of pages requested and not yet read (matters for "random").
         in_flight = 2 * self.spec.window_pages
         self._active = it = EpochThread(
-            self._engine, order, cfg.batches_ahead, cfg.prefetch, in_flight
+            self._engine, rest, cfg.batches_ahead, cfg.prefetch, in_flight
         )
-        done = skip
         try:
-            for batch in it:
-                done += 1
-                self._progress = (epoch, done)
+            for k, batch in enumerate(it):
+                state = state.advanced()
+                self._progress = state
+                self.last_batch_ids = rest[k * bs : (k + 1) * bs]
                 yield batch
-            self._progress = None
+            if self._active is it:  # finished, not closed by a newer epoch
+                self._progress = None
         finally:
             it.close()
+            if self._active is it:
+                self._active = None
 
     # -- resume ------------------------------------------------------------------------
+    def _position(self, state: EpochPosition) -> int:
+        """Batches of ``state``'s epoch done, counted in this world's batches."""
+        return len(self) - state.batches + state.now.batches
+
     def state_dict(self) -> dict[str, Any]:
-        """Where this rank is: the epoch to run (or in progress) and batches consumed of it."""
-        if self._progress is not None and self._progress[1] < len(self):
-            epoch, done = self._progress
-        else:
-            epoch = self._progress[0] + 1 if self._progress else self._next_epoch
-            done = 0
-        fingerprint = resume_fingerprint(self.spec, self.index.num_samples)
-        return {"epoch": epoch, "batches_consumed": done, "rank": self.rank, **fingerprint}
+        """Where this job is in its epoch; the same on every rank under DDP, so any one
+        rank's state resumes every rank of a job of any world size.
+
+        ``epoch``: the epoch in progress, or the next one; ``segments``: the stretches
+        of it run so far, one per world (see :mod:`~ffcv_pairs.load.elastic`);
+        ``batches_consumed``: of this rank's ``len()``, the batches done.
+        """
+        state = self._resume or self._progress
+        fingerprint = {**self._fingerprint, "rank": self.rank}
+        if state is None or state.finished:
+            return {"epoch": self._next_epoch, "batches_consumed": 0, "segments": [], **fingerprint}
+        return {
+            "epoch": state.epoch,
+            "batches_consumed": self._position(state),
+            "segments": state.segments(),
+            **fingerprint,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``: the rest of that epoch comes out exactly as it would have.
+        """Continue from ``state`` (any rank's, from a job of any world size).
+
+        The rest of that epoch is every sample no rank had consumed, each once
+        (apart from fewer than ``world_size x batch_size`` dropped with ``drop_last``),
+        dealt to this job's ranks; augmentation is keyed by sample, so every byte is
+        as an uninterrupted run's. On the same world and batch size the batches also
+        come in the same order.
 
         Raises:
-            ValueError: naming the setting that differs (see :func:`check_resume`).
+            ValueError: the file, indices, order, window or seed differ (named), or the
+                state is malformed.
         """
-        fingerprint = resume_fingerprint(self.spec, self.index.num_samples)
-        done = check_resume(state, fingerprint, len(self))
-        self._next_epoch = int(state["epoch"])
-        self._resume = (self._next_epoch, done)
+        segments = check_resume(state, self._fingerprint)
+        epoch = int(state["epoch"])
+        self._next_epoch, self._progress, self._resume = epoch, None, None
+        if segments:
+            self._resume = resume_epoch(self.index, self.spec, epoch, segments)
+            if self.on_resume is not None:
+                self.on_resume(int(state["batches_consumed"]), self._position(self._resume))
 
     def describe(self) -> str:
         return (
@@ -313,7 +301,7 @@ def make_loader(
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     rank: int | None = None,
     world_size: int | None = None,
-    indices: np.ndarray | None = None,
+    indices: npt.ArrayLike | None = None,
     verify: bool = False,
     max_ram_gb: float | None = None,
 ) -> PairLoader:
@@ -341,7 +329,8 @@ def make_loader(
         window_bytes: The quasi-random window (default 256 MiB): randomness against
             read locality (see :mod:`~ffcv_pairs.load.order`).
         rank, world_size: Explicit sharding, instead of ``torch.distributed``'s.
-        indices: Read only these sample ids.
+        indices: Read only these sample ids (unique, in range), or a boolean mask of
+            one entry per sample.
         verify: Check every checksum of the file on open.
         max_ram_gb: Refuse a loader whose node-wide RAM estimate exceeds it.
 

@@ -1,16 +1,21 @@
 """Traversal orders, distributed: a pure function of ``(seed, epoch, rank, world_size)``.
 
-Quasi-random, in three steps, all keyed by counter-based hashes so that every
-rank computes the same global plan without talking to the others:
+Quasi-random, in three steps, all keyed by this project's counter-based hash
+(never numpy's ``Generator``, whose streams numpy does not promise to keep), so
+that every rank computes the same global plan without talking to the others,
+and an upgrade does not change the orders (``tests/test_order.py`` pins them):
 
-1. **Permute pages** with ``(seed, epoch)``: the same permutation on every rank.
-   Shuffle the samples inside each page with ``(seed, epoch, page)``.
+1. **Permute pages** with ``(seed, epoch)`` (:func:`~ffcv_pairs.kernels.permute.permute`):
+   the same permutation on every rank. Shuffle the samples inside each page
+   with ``(seed, epoch, page)`` (Fisher-Yates on the hash).
 2. **Deal** the concatenated sequence out in contiguous, equal slices, one per
    rank. Only the (at most ``world_size - 1``) pages at slice boundaries are
    split between two ranks, so every rank reads whole runs of pages. With
    ``drop_last`` each slice is cut to a multiple of ``batch_size``: fewer than
    ``world_size * batch_size`` samples are dropped, and since the permutation
-   changes every epoch, so do the dropped samples.
+   changes every epoch, so do the dropped samples. Without ``drop_last`` and
+   with several ranks, the shorter slices are padded by wrapping (fewer than
+   ``world_size`` samples read twice), so all ranks have the same length.
 3. **Window** within the rank, as upstream's QUASI_RANDOM does: each next sample
    is drawn from one of ``window_pages`` open pages, chosen at random with
    ``(seed, epoch, rank)``; an exhausted page is replaced by the next one.
@@ -20,8 +25,10 @@ about ``window_pages + batch_size / samples_per_page`` pages, and a rank only
 needs that many pages resident. Upstream fixes it at ``2 * batch_size`` pages
 (4 GiB at batch 256 with 8 MiB pages), which on most files means fully random.
 
-"random" is a global permutation per epoch, dealt the same way; "sequential"
-deals the samples in file order, in contiguous blocks.
+"random" is a global permutation per epoch (a keyed Feistel bijection: each
+rank computes only its own positions), dealt the same way; "sequential" deals
+the samples in file order, in contiguous blocks. A resumed epoch on another
+world size is planned by :mod:`~ffcv_pairs.load.elastic` from these pieces.
 """
 
 from __future__ import annotations
@@ -34,12 +41,25 @@ import numpy as np
 from ffcv.traversal_order.base import TraversalOrder
 
 from ..kernels.hashing import below, key3, mix64
+from ..kernels.permute import permute
 from .index import PageIndex
 
-__all__ = ["ORDERS", "OrderKind", "OrderSpec", "PairTraversalOrder", "epoch_order"]
+__all__ = [
+    "ORDERS",
+    "OrderKind",
+    "OrderSpec",
+    "PairTraversalOrder",
+    "deal",
+    "epoch_order",
+    "read_order",
+]
 
 OrderKind = Literal["quasi_random", "random", "sequential"]
 ORDERS: tuple[str, ...] = ("quasi_random", "random", "sequential")
+
+_MASK64 = (1 << 64) - 1
+# What each of an epoch's keys is for: part of the key, so no two draws share numbers.
+_PAGES, _SHUFFLE, _WINDOW, _RANDOM = 1, 2, 3, 4
 
 
 @nb.njit(cache=True, nogil=True)
@@ -94,8 +114,11 @@ class OrderSpec:
         seed: Shared by all ranks.
         rank: This process's rank in ``[0, world_size)``.
         world_size: Number of ranks.
-        drop_last: Cut every rank to the same multiple of ``batch_size``.
-            Without it nothing is dropped and ranks differ by at most one sample.
+        drop_last: Cut every rank to the same multiple of ``batch_size``. Without
+            it nothing is dropped, and with several ranks the shorter slices are
+            padded by wrapping (as ``DistributedSampler`` pads), so every rank
+            reads the same number of samples and DDP never waits for a rank that
+            has run out.
         window_pages: Open pages per rank for ``"quasi_random"``.
     """
 
@@ -118,35 +141,107 @@ class OrderSpec:
             raise ValueError(f"window_pages must be at least 1, got {self.window_pages}")
 
     def share(self, total: int, rank: int | None = None) -> tuple[int, int]:
-        """Slice ``[start, stop)`` of the dealt sequence that goes to ``rank``."""
-        rank = self.rank if rank is None else rank
-        if self.drop_last:
-            each = total // self.world_size
-            length = each - each % self.batch_size
-            return rank * each, rank * each + length
-        return rank * total // self.world_size, (rank + 1) * total // self.world_size
+        """``(start, length)`` of ``rank``'s slice of a dealt sequence of ``total``.
+
+        The slice may run past the end and wrap to the start (the padding).
+        """
+        return deal(
+            total,
+            self.world_size,
+            self.rank if rank is None else rank,
+            self.batch_size,
+            self.drop_last,
+        )
 
     def num_samples(self, total: int) -> int:
-        start, stop = self.share(total)
-        return stop - start
+        return self.share(total)[1]
 
 
-def _epoch_rng(spec: OrderSpec, epoch: int) -> np.random.Generator:
-    return np.random.Generator(np.random.Philox(key=[spec.seed & (2**64 - 1), epoch]))
+def deal(
+    total: int, world_size: int, rank: int, batch_size: int, drop_last: bool
+) -> tuple[int, int]:
+    """``(start, length)`` of ``rank``'s contiguous slice of ``total`` dealt samples.
+
+    With ``drop_last`` every rank gets ``total // world_size`` cut to a multiple of
+    ``batch_size`` (fewer than ``world_size * batch_size`` dropped); without it the
+    slices start at ``rank * total // world_size`` and all have the length of the
+    longest, ``ceil(total / world_size)``: a shorter one runs one sample into the next
+    rank's slice (the last rank wraps to the first sample).
+    """
+    if drop_last:
+        each = total // world_size
+        return rank * each, each - each % batch_size
+    return rank * total // world_size, -(-total // world_size)
 
 
-def _deal_pages(index: PageIndex, spec: OrderSpec, perm: np.ndarray):
-    """Pages of this rank's share, with the slice [lo, hi) of each it takes."""
+def _key(seed: int, epoch: int, tag: int) -> np.uint64:
+    return np.uint64(key3(np.uint64(seed & _MASK64), np.uint64(epoch), np.uint64(tag)))
+
+
+def _spans(start: int, length: int, total: int) -> list[tuple[int, int]]:
+    """``[start, start + length)`` wrapped into ``[0, total)``: one or two ranges."""
+    if (length and not 0 <= start < total) or length > total:
+        raise ValueError(f"slice [{start}, {start}+{length}) does not fit {total} samples")
+    stop = start + length
+    return [(start, min(stop, total))] + ([(0, stop - total)] if stop > total else [])
+
+
+def _runs(index: PageIndex, perm: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+    """``(3, n)``: the pages (in permuted order) that ``spans`` cover, and the slice
+    ``[lo, hi)`` of each."""
     counts = index.counts()[perm]
     ends = np.cumsum(counts)
     begins = ends - counts
-    start, stop = spec.share(index.num_samples)
-    first = int(np.searchsorted(ends, start, side="right"))
-    last = int(np.searchsorted(begins, stop, side="left"))
-    sel = slice(first, last)
-    lo = np.maximum(begins[sel], start) - begins[sel]
-    hi = np.minimum(ends[sel], stop) - begins[sel]
-    return perm[sel], lo.astype(np.int64), hi.astype(np.int64)
+    parts = []
+    for start, stop in spans:
+        sel = slice(
+            int(np.searchsorted(ends, start, side="right")),
+            int(np.searchsorted(begins, stop, side="left")),
+        )
+        lo = np.maximum(begins[sel], start) - begins[sel]
+        hi = np.minimum(ends[sel], stop) - begins[sel]
+        parts.append(np.stack([perm[sel], lo, hi]))
+    return np.concatenate(parts, axis=1).astype(np.int64)
+
+
+def read_order(
+    index: PageIndex,
+    spec: OrderSpec,
+    epoch: int,
+    start: int,
+    length: int,
+    rank: int | None = None,
+) -> np.ndarray:
+    """Positions ``[start, start + length)`` (wrapping) of ``epoch``'s dealt sequence.
+
+    In the order ``rank`` reads them: for ``"quasi_random"`` drawn through its
+    window of ``spec.window_pages`` pages with the rank's key. ``rank=None`` gives
+    them in sequence order (pages permuted, each page shuffled).
+    """
+    total = index.num_samples
+    spans = _spans(start, length, total)
+    if spec.kind == "sequential":
+        return np.concatenate([index.samples[a:b] for a, b in spans])
+    if spec.kind == "random":
+        positions = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])
+        perm = np.empty(len(positions), dtype=np.int64)
+        permute(_key(spec.seed, epoch, _RANDOM), total, positions, perm)
+        return index.samples[perm]
+    pages = np.empty(index.num_pages, dtype=np.int64)
+    permute(_key(spec.seed, epoch, _PAGES), index.num_pages, np.arange(index.num_pages), pages)
+    window = 1 if rank is None else spec.window_pages
+    rank_key = mix64(_key(spec.seed, epoch, _WINDOW) ^ np.uint64(0 if rank is None else rank + 1))
+    out = np.empty(length, dtype=np.int64)
+    _quasi_random(
+        index.samples,
+        index.starts,
+        _runs(index, pages, spans),
+        _key(spec.seed, epoch, _SHUFFLE),
+        window,
+        np.uint64(rank_key),
+        out,
+    )
+    return out
 
 
 def epoch_order(index: PageIndex, spec: OrderSpec, epoch: int) -> np.ndarray:
@@ -154,28 +249,8 @@ def epoch_order(index: PageIndex, spec: OrderSpec, epoch: int) -> np.ndarray:
 
     A pure function of ``(index, spec, epoch)``: no process group, no global state.
     """
-    total = index.num_samples
-    start, stop = spec.share(total)
-    if spec.kind == "sequential":
-        return index.samples[start:stop].copy()
-    rng = _epoch_rng(spec, epoch)
-    if spec.kind == "random":
-        return rng.permutation(index.samples)[start:stop]
-    perm = rng.permutation(index.num_pages)
-    pages, lo, hi = _deal_pages(index, spec, perm)
-    out = np.empty(stop - start, dtype=np.int64)
-    page_key = int(rng.integers(0, 2**63))
-    rank_key = int(mix64(np.uint64(page_key) ^ np.uint64(spec.rank + 1)))
-    _quasi_random(
-        index.samples,
-        index.starts,
-        np.stack([pages, lo, hi]).astype(np.int64),
-        np.uint64(page_key),
-        spec.window_pages,
-        np.uint64(rank_key),
-        out,
-    )
-    return out
+    start, length = spec.share(index.num_samples)
+    return read_order(index, spec, epoch, start, length, spec.rank)
 
 
 class PairTraversalOrder(TraversalOrder):

@@ -1,47 +1,103 @@
-"""Mid-epoch resume: what a loader's state must match to continue an epoch."""
+"""Mid-epoch resume: what a loader's state records, and what must match to continue it.
+
+A state records the epoch, the segments of it run so far (see
+:mod:`~ffcv_pairs.load.elastic`) and a fingerprint. Across a mid-epoch resume
+the world size and the per-device batch size (and ``drop_last``) may change;
+the file, the ``indices``, the order kind, the window and the seed may not:
+they define the epoch's order, so a change is refused, naming the field.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+import numpy as np
+
+from ..format.integrity import load_manifest
+from ..format.reader import PairReader
+from .elastic import Segment
+from .index import PageIndex
 from .order import OrderSpec
 
-__all__ = ["check_resume", "resume_fingerprint"]
+__all__ = ["FIXED", "check_resume", "file_identity", "resume_fingerprint"]
+
+#: Fingerprint fields a mid-epoch resume must keep, with the words that name them.
+FIXED = {
+    "file": "file",
+    "indices": "indices",
+    "order": "order",
+    "window_pages": "window",
+    "seed": "seed",
+}
 
 
-def resume_fingerprint(spec: OrderSpec, num_samples: int) -> dict[str, Any]:
-    """The settings an epoch's order depends on."""
+def file_identity(reader: PairReader) -> str:
+    """The file's digest from its sidecar (the root over page digests, or a format-1
+    sidecar's SHA-256 of the file), or its size and a digest of its header."""
+    manifest = load_manifest(reader)
+    if manifest is not None and (manifest.root_sha256 or manifest.sha256):
+        return f"sha256:{manifest.root_sha256 or manifest.sha256}"
+    header = hashlib.sha256(np.asarray(reader.header).tobytes()).hexdigest()[:16]
+    return f"size:{reader.file_size},header:{header}"
+
+
+def _indices_identity(index: PageIndex, num_samples: int) -> str:
+    if index.num_samples == num_samples:  # ids are unique and in range: all of them
+        return "all"
+    digest = hashlib.sha256(np.sort(index.samples).astype("<i8").tobytes()).hexdigest()
+    return f"{index.num_samples}:{digest[:16]}"
+
+
+def resume_fingerprint(reader: PairReader, index: PageIndex, spec: OrderSpec) -> dict[str, Any]:
+    """What the epoch's plan depends on: the fixed fields and this world's settings."""
     return {
+        "file": file_identity(reader),
+        "indices": _indices_identity(index, reader.num_samples),
+        "order": spec.kind,
+        "window_pages": spec.window_pages,
         "seed": spec.seed,
         "world_size": spec.world_size,
         "batch_size": spec.batch_size,
-        "order": spec.kind,
         "drop_last": spec.drop_last,
-        "window_pages": spec.window_pages,
-        "num_samples": num_samples,
+        "num_samples": index.num_samples,
     }
 
 
-def check_resume(state: dict[str, Any], fingerprint: dict[str, Any], num_batches: int) -> int:
-    """The batches of ``state['epoch']`` already consumed, once ``state`` is checked.
+def check_resume(state: dict[str, Any], fingerprint: dict[str, Any]) -> list[Segment]:
+    """The segments of ``state['epoch']`` run so far, once ``state`` is checked.
 
-    Mid-epoch state (``batches_consumed > 0``) must come from a job with the same
-    seed, world size, batch size, order and file; a different world size is
-    accepted only at an epoch boundary, where the next epoch is re-sharded.
+    Empty at an epoch boundary, where nothing but the epoch number carries over
+    (the next epoch is simply dealt to the new world).
 
     Raises:
-        ValueError: naming the setting that differs.
+        ValueError: a field that may not change did (named), or a malformed state.
     """
-    done = int(state["batches_consumed"])
-    if not done:
-        return 0
-    diff = {k: (state.get(k), v) for k, v in fingerprint.items() if state.get(k) != v}
-    if diff:
-        what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in diff.items())
+    for key in ("epoch", "batches_consumed"):
+        if key not in state:
+            raise ValueError(f"not a loader state: no {key!r} (keys {sorted(state)})")
+    if int(state["epoch"]) < 0:
+        raise ValueError(f"state epoch must be non-negative, got {state['epoch']}")
+    if "segments" in state:
+        segments = [Segment.from_dict(s) for s in state["segments"]]
+    elif int(state["batches_consumed"]):
         raise ValueError(
-            f"cannot resume mid-epoch (epoch {state['epoch']}, batch {done}): {what}. "
-            f"Resume with the original settings, or from an end-of-epoch checkpoint"
+            f"a mid-epoch state without 'segments' (epoch {state['epoch']}, batch "
+            f"{state['batches_consumed']}) comes from an older ffcv-pairs; resume from an "
+            f"end-of-epoch checkpoint"
         )
-    if done > num_batches:
-        raise ValueError(f"batches_consumed {done} exceeds the epoch's {num_batches}")
-    return done
+    else:
+        segments = []
+    if not any(s.batches for s in segments):
+        return []
+    for key, words in FIXED.items():
+        old, new = state.get(key), fingerprint[key]
+        if old != new:
+            raise ValueError(
+                f"cannot resume epoch {state['epoch']} mid-way (batch "
+                f"{state['batches_consumed']}): the {words} differs (checkpoint {old!r}, "
+                f"this loader {new!r}). A mid-epoch resume may change the world size and the "
+                f"per-device batch size, not the file, indices, order, window or seed; use the "
+                f"original {words}, or resume from an end-of-epoch checkpoint"
+            )
+    return segments

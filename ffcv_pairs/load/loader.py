@@ -100,6 +100,7 @@ class PairLoader:
             memory,
             PairTraversalOrder(self.index, self.spec),
             self.graph,
+            self.device,
             code,
         )
         self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
@@ -207,9 +208,16 @@ class PairLoader:
         cfg = self.config
         # At most two windows of pages requested and not yet read (matters for "random").
         in_flight = 2 * self.spec.window_pages
-        self._active = it = EpochThread(
-            self._engine, rest, cfg.batches_ahead, cfg.prefetch, in_flight
+        # Upstream takes its streams on the current device: make it this loader's.
+        on_device = (
+            torch.cuda.device(self.device)
+            if self.device.type == "cuda"
+            else contextlib.nullcontext()
         )
+        with on_device:
+            self._active = it = EpochThread(
+                self._engine, rest, cfg.batches_ahead, cfg.prefetch, in_flight
+            )
         try:
             for k, batch in enumerate(it):
                 state = state.advanced()

@@ -163,8 +163,8 @@ class EpochThread(EpochIterator):
         self.output_queue = EpochQueue(queue_size, self.terminate_event, engine.graph, slots)
         self._deferred = False
         self.current_batch_slot = engine.graph.next_slot
-        if torch.cuda.is_available():  # the last epoch's device buffers may still be read
-            torch.cuda.current_stream().synchronize()
+        if engine.device.type == "cuda":  # the last epoch's device buffers may still be read
+            torch.cuda.current_stream(engine.device).synchronize()
         engine.graph.owner = self
         self.start()
 
@@ -246,6 +246,7 @@ class LoaderShim:
     memory_manager: PairOSCacheManager | PairProcessCacheManager
     traversal_order: PairTraversalOrder
     graph: BufferGraph
+    device: torch.device
     code: Any = None
 
 

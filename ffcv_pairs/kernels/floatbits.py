@@ -45,7 +45,7 @@ def float16_bits(typingctx, x):  # pragma: no cover - JIT
 def bfloat16_bits(x):  # pragma: no cover - JIT
     """The bits of ``bfloat16(x)`` for a float32 ``x``: the top 16 bits, rounded to nearest
     even; a NaN stays a (quiet) NaN."""
-    u = float32_bits(x)
+    u = float32_bits(x)  # type: ignore[var-annotated]
     if x != x:
         return np.uint16((u >> np.uint32(16)) | np.uint32(0x40))
     rounded = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))

@@ -18,6 +18,7 @@ import numpy as np
 
 from .floatbits import bfloat16_bits, float16_bits
 from .noise import noise_block
+from .photometric import draw_pixels, image_mean
 
 __all__ = [
     "CHUNK",
@@ -29,6 +30,7 @@ __all__ = [
     "PixelWork",
     "finish_image",
     "new_pixel_work",
+    "photometric_uint8",
 ]
 
 OUT_UINT8, OUT_FLOAT32, OUT_FLOAT16, OUT_BFLOAT16 = 0, 1, 2, 3
@@ -113,7 +115,7 @@ def finish_image(x, dst, lay, draw, mean, spec, work):  # pragma: no cover - JIT
     """
     chunk = work.q.shape[0]
     offset = np.float32((1.0 - draw.contrast) * mean + 0.5)
-    noisy = draw.noise_std > 0
+    noisy, std = draw.noise_std > 0, np.float32(draw.noise_std)
     for k in range(lay.planes):
         for j in range(chunk):  # this plane's normalisation, element by element
             ch = k if lay.pixel == 1 else j % lay.pixel
@@ -122,10 +124,21 @@ def finish_image(x, dst, lay, draw, mean, spec, work):  # pragma: no cover - JIT
         for j0 in range(0, lay.plane_size, chunk):
             n = min(chunk, lay.plane_size - j0)
             if noisy:
-                noise_block(
-                    draw.noise_key, base + j0, work.noise[:n], np.float32(draw.noise_std), spec.table
-                )
+                noise_block(draw.noise_key, base + j0, work.noise[:n], std, spec.table)
             q = work.q[:n]
             _photometric_chunk(x[base + j0 : base + j0 + n], q, work.noise[:n], draw, offset)
             out = dst[base + j0 : base + j0 + n]
             _output_chunk(q, out, work.shift[:n], work.scale[:n], spec.kind)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def photometric_uint8(ids, x, cfg, clock, tag, lay, table):  # pragma: no cover - JIT
+    """In place, uint8 images ``x`` ``(batch, elements)``: the photometric ops as a separate
+    CPU op (when A and B have different dtypes; otherwise the decoder fuses them)."""
+    norm = np.zeros((2, lay.planes * lay.pixel), np.float32)
+    norm[1] = 1.0
+    for i in nb.prange(len(ids)):
+        spec = OutputSpec(OUT_UINT8, norm, table)
+        d = draw_pixels(cfg, clock, ids[i], tag)
+        m = image_mean(x[i], lay, d.bright, True) if cfg.contrast > 0 else 0.0
+        finish_image(x[i], x[i], lay, d, m, spec, new_pixel_work(lay))

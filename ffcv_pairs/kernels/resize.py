@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .geometry import geometry_params
+from .geometry import Placement, geometry_params
 
 __all__ = ["ResizePlan", "ResizeWork", "new_work", "resize_sample", "resized_crop"]
 
@@ -168,25 +168,33 @@ def _quarter_turn(rp, src, dst, d0, rot):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
+def _resample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
+    """The region of ``place``, flipped by its flags (no quarter turn), into ``dst[d0:]``."""
+    lo, hi = _column_taps(rp, place.x0, place.rw, place.hflip > 0, work)
+    cols = (lo * rp.pixel, (hi - lo) * rp.pixel)
+    plane_out = rp.oh * rp.ow * rp.pixel
+    for y in range(rp.oh):
+        fy = _tap(rp.oh - 1 - y if place.vflip else y, place.y0, place.rh, rp.oh, rp.height)
+        _vertical(src, s0, rp, cols, fy, work)
+        _horizontal(rp, dst, d0 + y * rp.ow * rp.pixel, plane_out, work)
+
+
+@nb.njit(cache=True, nogil=True)
 def resize_sample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
     """One image: ``src[s0:]`` (``rp``'s stored planes) -> ``dst[d0:]`` (output planes).
 
-    ``place``: the sample's :class:`~ffcv_pairs.kernels.geometry.Placement`.
+    ``place``: the sample's :class:`~ffcv_pairs.kernels.geometry.Placement`. A half turn
+    is both flips; a quarter turn resamples into ``work.turn``, then turns.
     """
     rot = place.rot
-    hflip = (place.hflip > 0) != (rot == 2)
-    vflip = (place.vflip > 0) != (rot == 2)
-    odd = rot == 1 or rot == 3
-    lo, hi = _column_taps(rp, place.x0, place.rw, hflip, work)
-    cols = (lo * rp.pixel, (hi - lo) * rp.pixel)
-    target, t0 = (work.turn, 0) if odd else (dst, d0)
-    plane_out = rp.oh * rp.ow * rp.pixel
-    for y in range(rp.oh):
-        fy = _tap(rp.oh - 1 - y if vflip else y, place.y0, place.rh, rp.oh, rp.height)
-        _vertical(src, s0, rp, cols, fy, work)
-        _horizontal(rp, target, t0 + y * rp.ow * rp.pixel, plane_out, work)
-    if odd:
+    hflip = np.int64((place.hflip > 0) != (rot == 2))
+    vflip = np.int64((place.vflip > 0) != (rot == 2))
+    flat = Placement(hflip, vflip, np.int64(0), place.y0, place.x0, place.rh, place.rw)
+    if rot == 1 or rot == 3:
+        _resample(src, s0, work.turn, 0, rp, flat, work)
         _quarter_turn(rp, work.turn, dst, d0, rot)
+    else:
+        _resample(src, s0, dst, d0, rp, flat, work)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

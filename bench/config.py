@@ -47,6 +47,7 @@ class BenchConfig:
         work: Where data is generated.
         out: Where results go.
         label: ``quick`` or ``default``, written into the report.
+        augops_pairs: Pairs of the augmentation-ops table at 64x64 and at 224x224.
     """
 
     n: int = 16384
@@ -79,6 +80,7 @@ class BenchConfig:
     work: Path = field(default=BENCH_DIR / ".work")
     out: Path = field(default=BENCH_DIR / "results")
     label: str = "default"
+    augops_pairs: tuple[int, int] = (8192, 1024)
 
     def __post_init__(self) -> None:
         if self.n < self.world_size * self.batch_size:
@@ -118,4 +120,5 @@ def quick_config() -> BenchConfig:
         memory_min_batches=0,
         model_samples=200_000,
         label="quick",
+        augops_pairs=(1024, 128),
     )

@@ -34,8 +34,9 @@ class FusedOps(NamedTuple):
     ``(2, 2, channels)`` (per field: mean and 1/std), the noise ``table``, ``fills``
     (uint8 ``(2, pixel)``: constant padding of A and of B), the ``clock``
     (``[seed, epoch]``, read by reference: a new epoch needs no recompiling) and
-    ``threads``: how many parts :func:`fused_pairs` splits a batch into (each allocates
-    its scratch once)."""
+    ``threads``: the loader's threads; :func:`fused_pairs` splits a batch into
+    ``4 * threads`` parts (each allocates its scratch once; more parts than threads
+    keep a thread that another process slows down from holding up the batch)."""
 
     photometric: bool
     kind: int
@@ -156,7 +157,7 @@ def fused_pairs(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no
     out_a, out_b = outs
     photometric, kind, norm, table, fills, clock, threads = ops
     n = len(ids)
-    chunks = max(1, min(n, threads))
+    chunks = max(1, min(n, 4 * threads))
     for t in nb.prange(chunks):
         job = _Job(
             BatchRefs(ids, rows, ptr_a, ptr_b),

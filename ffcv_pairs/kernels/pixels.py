@@ -70,35 +70,70 @@ def new_pixel_work(lay):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True)
 def _photometric_chunk(xs, q, noise, draw, offset):  # pragma: no cover - JIT
-    """``q[j]``: the uint8 photometric result of ``xs[j]``, as float32."""
+    """``q[j]``: the uint8 photometric result of ``xs[j]`` (``q`` uint8, or float32 holding
+    the integer)."""
     b, c = np.float32(draw.bright), np.float32(draw.contrast)
     top, zero = np.float32(255.0), np.float32(0.0)
     if draw.noise_std > 0:
         for j in range(xs.shape[0]):
             v = min(b * np.float32(xs[j]), top) * c + offset + noise[j]
-            q[j] = np.float32(np.int32(min(max(v, zero), top)))
+            q[j] = np.int32(min(max(v, zero), top))
     else:
         for j in range(xs.shape[0]):
             v = min(b * np.float32(xs[j]), top) * c + offset
-            q[j] = np.float32(np.int32(min(max(v, zero), top)))
+            q[j] = np.int32(min(max(v, zero), top))
 
 
 @nb.njit(cache=True, nogil=True)
-def _output_chunk(q, out, shift, scale, kind):  # pragma: no cover - JIT
-    """``out[j]`` from ``q[j]``: as uint8, or ``(q - shift) * scale`` as float32/16, bfloat16."""
-    n = q.shape[0]
-    if kind == OUT_UINT8:
-        for j in range(n):
-            out[j] = np.uint8(q[j])
-    elif kind == OUT_FLOAT32:
-        for j in range(n):
-            out[j] = (q[j] - shift[j]) * scale[j]
+def _output_plane(q, out, shift, scale, kind):  # pragma: no cover - JIT
+    """``out[j] = (q[j] - shift) * scale`` (one channel: scalars) as float32, or the bits
+    of float16 or bfloat16; ``q``: uint8, or float32 holding integers."""
+    if kind == OUT_FLOAT32:
+        for j in range(q.shape[0]):
+            out[j] = (np.float32(q[j]) - shift) * scale
     elif kind == OUT_FLOAT16:
-        for j in range(n):
-            out[j] = float16_bits((q[j] - shift[j]) * scale[j])
+        for j in range(q.shape[0]):
+            out[j] = float16_bits((np.float32(q[j]) - shift) * scale)
     else:
-        for j in range(n):
-            out[j] = bfloat16_bits((q[j] - shift[j]) * scale[j])
+        for j in range(q.shape[0]):
+            out[j] = bfloat16_bits((np.float32(q[j]) - shift) * scale)
+
+
+@nb.njit(cache=True, nogil=True)
+def _output_pixels(q, out, shift, scale, kind):  # pragma: no cover - JIT
+    """:func:`_output_plane` with interleaved channels: ``shift``/``scale`` arrays like ``q``."""
+    if kind == OUT_FLOAT32:
+        for j in range(q.shape[0]):
+            out[j] = (np.float32(q[j]) - shift[j]) * scale[j]
+    elif kind == OUT_FLOAT16:
+        for j in range(q.shape[0]):
+            out[j] = float16_bits((np.float32(q[j]) - shift[j]) * scale[j])
+    else:
+        for j in range(q.shape[0]):
+            out[j] = bfloat16_bits((np.float32(q[j]) - shift[j]) * scale[j])
+
+
+@nb.njit(cache=True, nogil=True)
+def _chunk(xs, out, draw, offset, spec, work, channel):  # pragma: no cover - JIT
+    """One chunk: the photometric ops (unless the draw is the identity), then the output;
+    ``channel``: the plane's channel, or -1 (interleaved: constants per element in ``work``)."""
+    n = xs.shape[0]
+    if spec.kind == OUT_UINT8:
+        _photometric_chunk(xs, out, work.noise[:n], draw, offset)
+        return
+    photo = draw.bright != 1.0 or draw.contrast != 1.0 or draw.noise_std > 0
+    if photo:
+        _photometric_chunk(xs, work.q[:n], work.noise[:n], draw, offset)
+    if channel >= 0:
+        shift, scale = spec.norm[0, channel], spec.norm[1, channel]
+        if photo:
+            _output_plane(work.q[:n], out, shift, scale, spec.kind)
+        else:  # the image itself: one pass
+            _output_plane(xs, out, shift, scale, spec.kind)
+    elif photo:
+        _output_pixels(work.q[:n], out, work.shift[:n], work.scale[:n], spec.kind)
+    else:
+        _output_pixels(xs, out, work.shift[:n], work.scale[:n], spec.kind)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -115,20 +150,19 @@ def finish_image(x, dst, lay, draw, mean, spec, work):  # pragma: no cover - JIT
     """
     chunk = work.q.shape[0]
     offset = np.float32((1.0 - draw.contrast) * mean + 0.5)
-    noisy, std = draw.noise_std > 0, np.float32(draw.noise_std)
+    std = np.float32(draw.noise_std)
+    p = lay.pixel
+    if p > 1 and spec.kind != OUT_UINT8:  # interleaved channels: constants per element
+        for j in range(chunk):
+            work.shift[j], work.scale[j] = spec.norm[0, j % p], spec.norm[1, j % p]
     for k in range(lay.planes):
-        for j in range(chunk):  # this plane's normalisation, element by element
-            ch = k if lay.pixel == 1 else j % lay.pixel
-            work.shift[j], work.scale[j] = spec.norm[0, ch], spec.norm[1, ch]
         base = k * lay.plane_size
         for j0 in range(0, lay.plane_size, chunk):
             n = min(chunk, lay.plane_size - j0)
-            if noisy:
+            if draw.noise_std > 0:
                 noise_block(draw.noise_key, base + j0, work.noise[:n], std, spec.table)
-            q = work.q[:n]
-            _photometric_chunk(x[base + j0 : base + j0 + n], q, work.noise[:n], draw, offset)
-            out = dst[base + j0 : base + j0 + n]
-            _output_chunk(q, out, work.shift[:n], work.scale[:n], spec.kind)
+            xs, out = x[base + j0 : base + j0 + n], dst[base + j0 : base + j0 + n]
+            _chunk(xs, out, draw, offset, spec, work, k if p == 1 else -1)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

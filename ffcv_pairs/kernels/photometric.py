@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
+from .bytesums import above_sums
 from .hashing import OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE, sample_key, uniform
 from .noise import noise_block
 
@@ -102,18 +103,13 @@ def _threshold(bright):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True)
 def _segment_sum(seg, t):  # pragma: no cover - JIT
-    """``(sum of values below t, count of values >= t)`` of a uint8 segment (integer, so
-    exact and vectorised)."""
-    low, high = np.int64(0), np.int64(0)
-    if t > 255:  # nothing clamps (brightness <= 1): a plain sum, twice as fast
-        for j in range(seg.shape[0]):
-            low += np.int64(seg[j])
-        return low, high
-    for j in range(seg.shape[0]):
-        v = np.int64(seg[j])
-        low += v if v < t else 0
-        high += 1 if v >= t else 0
-    return low, high
+    """``(sum of values below t, count of values >= t)`` of a uint8 segment: integer, so
+    exact, from 64-byte vector sums."""
+    total, _ = above_sums(seg, 0)
+    if t > 255:  # nothing clamps (brightness <= 1)
+        return total, np.int64(0)
+    above, count = above_sums(seg, t - 1)  # sum of (v - (t - 1)) over v >= t, and their count
+    return total - above - (t - 1) * count, count
 
 
 @nb.njit(cache=True, nogil=True)

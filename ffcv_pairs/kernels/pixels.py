@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 OUT_UINT8, OUT_FLOAT32, OUT_FLOAT16, OUT_BFLOAT16 = 0, 1, 2, 3
-CHUNK = 1024  # pixels per chunk
+CHUNK = 2048  # pixels per chunk (its buffers, 8 KB each per channel, stay in L1)
 
 
 class OutputSpec(NamedTuple):
@@ -148,10 +148,14 @@ def finish_image(x, dst, lay, draw, mean, spec, work):  # pragma: no cover - JIT
         spec: :class:`OutputSpec`.
         work: :class:`PixelWork`.
     """
-    chunk = work.q.shape[0]
     offset = np.float32((1.0 - draw.contrast) * mean + 0.5)
     std = np.float32(draw.noise_std)
     p = lay.pixel
+    photo = draw.bright != 1.0 or draw.contrast != 1.0 or draw.noise_std > 0
+    # Buffers are needed for noise, and for a photometric result that is then normalised;
+    # otherwise a plane is one chunk (a call per chunk costs as much as 4 KB of pixels).
+    buffered = draw.noise_std > 0 or (photo and spec.kind != OUT_UINT8) or p > 1
+    chunk = work.q.shape[0] if buffered else lay.plane_size
     if p > 1 and spec.kind != OUT_UINT8:  # interleaved channels: constants per element
         for j in range(chunk):
             work.shift[j], work.scale[j] = spec.norm[0, j % p], spec.norm[1, j % p]

@@ -49,6 +49,7 @@ class BenchConfig:
         work: Where data is generated.
         out: Where results go.
         label: ``quick`` or ``default``, written into the report.
+        augops_pairs: Pairs of the augmentation-ops table at 64x64 and at 224x224.
     """
 
     n: int = 16384
@@ -82,6 +83,7 @@ class BenchConfig:
     work: Path = field(default=BENCH_DIR / ".work")
     out: Path = field(default=BENCH_DIR / "results")
     label: str = "default"
+    augops_pairs: tuple[int, int] = (8192, 1024)
 
     def __post_init__(self) -> None:
         if self.n < self.world_size * self.batch_size:
@@ -122,4 +124,5 @@ def quick_config() -> BenchConfig:
         model_samples=200_000,
         cold_gib=0.125,
         label="quick",
+        augops_pairs=(1024, 128),
     )

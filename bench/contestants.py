@@ -200,4 +200,8 @@ def build_source(key: str, cfg: BenchConfig, paths: DataPaths) -> Any:
         return RankGroup("pt", cfg, paths, workers=int(key.removeprefix("pt_ranks_w")))
     if key == "memcpy":
         return MemcpySource(paths.beton, cfg.n)
+    if key.startswith("augops:"):
+        from .augops import build_aug_source
+
+        return build_aug_source(key, cfg, paths)
     raise ValueError(f"unknown contestant {key!r}; must be one of {sorted(CONTESTANTS)}")

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from .augops_report import augops_section
+
 __all__ = ["render_markdown", "write_report"]
 
 MB = 1e6
@@ -317,6 +319,7 @@ def render_markdown(res: dict[str, Any]) -> str:
         + _writer(res)
         + _memory(res)
         + _cold(res)
+        + augops_section(res)
         + _machine(res)
     )
     return "\n".join(head + body)

@@ -16,8 +16,8 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --render bench/results/2026-11-30.json   # md/png again
 
 It generates the data (seeded) under ``--work`` (default ``bench/.work/``), runs
-the contestants interleaved in rounds, then the start-up, writer, memory and
-cold-cache tables, and writes ``bench/results/<date>.md`` (and ``latest.md``),
+the contestants interleaved in rounds, then the start-up, writer, memory,
+cold-cache and augmentation-ops tables, and writes ``bench/results/<date>.md`` (and ``latest.md``),
 ``<date>.json``, ``<date>-throughput.png`` and ``<date>-memory.png``. The report
 states every target and whether it was met. ``--clean`` removes the generated
 data afterwards (the extras' venvs stay).
@@ -46,7 +46,7 @@ __all__ = ["main", "parse_args"]
 
 log = logging.getLogger("bench")
 
-TABLES = "abcd"
+TABLES = "abcde"
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--writer-sizes", type=_sizes, help="writer table pairs, e.g. 16384,100000")
     p.add_argument("--seed", type=int)
     p.add_argument("--only", help="comma-separated contestant keys (default: all)")
-    p.add_argument("--tables", default=TABLES, help="which extra tables: any of 'abcd'")
+    p.add_argument("--tables", default=TABLES, help="which extra tables: any of 'abcde'")
     p.add_argument("--no-extras", action="store_true", help="skip LitData and Streaming")
     p.add_argument("--no-cold-cache", action="store_true", help="never drop the page cache")
     p.add_argument("--clean", action="store_true", help="remove the generated data afterwards")
@@ -152,6 +152,7 @@ def _extras(cfg: BenchConfig) -> tuple[dict[str, Any], dict[str, str]]:
 def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str) -> Path:
     """Everything; returns the markdown report's path."""
     from bench.amplification import measure_amplification
+    from bench.augops import measure_augops
     from bench.charts import draw_charts
     from bench.cold import measure_cold_table
     from bench.data import prepare_data
@@ -197,6 +198,8 @@ def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str)
     if "d" in tables:
         res["cold"] = measure_cold_table(cfg.work, cfg.cold_gib, cfg.cold_cache)
         res["amplification"] = measure_amplification(cfg, paths)
+    if "e" in tables:
+        res["augops"] = measure_augops(cfg, log_file)
     res["targets"] = evaluate_targets(res)
     res["elapsed_s"] = time.perf_counter() - t0
     charts = draw_charts(res, cfg.out)

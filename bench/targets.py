@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .augops_report import augops_targets
+
 __all__ = ["evaluate_targets"]
 
 PASS, MISS, NONE = "PASS", "MISS", "NOT MEASURED"
@@ -180,10 +182,12 @@ def _cold_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target of the issue, in the report's order."""
+    augops = augops_targets(results) if "augops" in results else []
     return (
         _throughput_targets(results)
         + _startup_targets(results)
         + _writer_targets(results)
         + _memory_targets(results)
         + _cold_targets(results)
+        + augops
     )

@@ -1,16 +1,98 @@
-"""Plain-numpy reference implementations of every augmentation, given its parameters."""
+"""Plain-Python/numpy reference implementations of every augmentation, from their definitions.
+
+Nothing here calls the package's kernels: the random draws are re-derived from
+the counter-based hash's definition (splitmix64's finaliser over ``(seed, epoch,
+sample, op, field)``, see ``kernels/hashing.py``), the geometry from
+torchvision's ``RandomResizedCrop.get_params`` as the docs state it, the noise
+from its stated stream and quantile table, and the pixel ops in float64.
+"""
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
+from types import SimpleNamespace
 
 import numpy as np
 
 from ffcv_pairs.augment.config import ImageLayout, PairAugment
-from ffcv_pairs.kernels import hashing as H
-from ffcv_pairs.kernels.geometry import geometry_params
 
-NP_PAD = {"constant": "constant", "reflect": "reflect", "edge": "edge"}
+M64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+OP_GEOMETRY, OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE = 1, 2, 3, 4
+LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
+
+
+# -- the hash ---------------------------------------------------------------------------
+def mix64(x: int) -> int:
+    x &= M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def sample_key(seed: int, epoch: int, sid: int, op: int, tag: int) -> int:
+    seed, epoch, sid = int(seed), int(epoch), int(sid)
+    k = mix64(seed ^ GOLDEN)
+    k = mix64(k ^ epoch)
+    k = mix64(k ^ sid)
+    return mix64(k ^ (op << 8) ^ tag)
+
+
+def uniform(key: int, k: int) -> float:
+    return (mix64(key + (k + 1) * GOLDEN) >> 11) * 2.0**-53
+
+
+def randint(key: int, k: int, lo: int, hi: int) -> int:
+    return lo + math.floor(uniform(key, k) * (hi - lo + 1))
+
+
+# -- geometry ---------------------------------------------------------------------------
+def _resized_region(aug: PairAugment, key: int, h: int, w: int) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop.get_params, attempt a drawing uniforms 10+4a .. 13+4a."""
+    lo, hi = aug.crop_scale
+    log_lo, log_hi = math.log(aug.crop_ratio[0]), math.log(aug.crop_ratio[1])
+    for a in range(10):
+        target = h * w * (lo + uniform(key, 10 + 4 * a) * (hi - lo))
+        aspect = math.exp(log_lo + uniform(key, 11 + 4 * a) * (log_hi - log_lo))
+        cw, ch = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < cw <= w and 0 < ch <= h:
+            return randint(key, 12 + 4 * a, 0, h - ch), randint(key, 13 + 4 * a, 0, w - cw), ch, cw
+    ratio = w / h
+    if ratio < aug.crop_ratio[0]:
+        cw, ch = w, round(w / aug.crop_ratio[0])
+    elif ratio > aug.crop_ratio[1]:
+        ch, cw = h, round(h * aug.crop_ratio[1])
+    else:
+        ch, cw = h, w
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def params(aug: PairAugment, layout: ImageLayout, seed: int, epoch: int, sid: int, tag: int):
+    """One sample's draw: flips, quarter turns and the region ``(y0, x0, rh, rw)``."""
+    key = sample_key(seed, epoch, sid, OP_GEOMETRY, 0 if aug.paired_geometry else tag)
+    h, w = layout.height, layout.width
+    oh, ow = aug.crop if aug.crop is not None else (h, w)
+    y0, x0, rh, rw = 0, 0, h, w
+    if aug.crop is not None and aug.crop_scale is not None:
+        y0, x0, rh, rw = _resized_region(aug, key, h, w)
+    elif aug.crop is not None:
+        pad = aug.crop_padding
+        y0, x0 = randint(key, 3, -pad, h + pad - oh), randint(key, 4, -pad, w + pad - ow)
+        rh, rw = oh, ow
+    if aug.translate[0] > 0:
+        y0 += randint(key, 5, -aug.translate[0], aug.translate[0])
+    if aug.translate[1] > 0:
+        x0 += randint(key, 6, -aug.translate[1], aug.translate[1])
+    return SimpleNamespace(
+        hflip=int(uniform(key, 0) < aug.hflip),
+        vflip=int(uniform(key, 1) < aug.vflip),
+        rot=randint(key, 2, 0, 3) if aug.rot90 else 0,
+        y0=y0,
+        x0=x0,
+        rh=rh,
+        rw=rw,
+    )
 
 
 def to_hwc(img: np.ndarray, layout: ImageLayout) -> np.ndarray:
@@ -29,21 +111,12 @@ def from_hwc(img: np.ndarray, layout: ImageLayout) -> np.ndarray:
     return img
 
 
-def params(aug: PairAugment, layout: ImageLayout, seed: int, epoch: int, sid: int, tag: int):
-    clock = np.array([seed, epoch], dtype=np.int64)
-    return geometry_params(
-        aug.geometry_config(layout), clock, sid, tag, layout.height, layout.width
-    )
-
-
 def region(img: np.ndarray, y0: int, x0: int, h: int, w: int, mode: str, fill) -> np.ndarray:
     """Rows y0..y0+h, cols x0..x0+w of an HWC image, padding per ``mode`` outside it."""
     H, W = img.shape[:2]
     pad = max(0, -y0, -x0, y0 + h - H, x0 + w - W)
     if pad:
-        kw = {"constant_values": fill} if mode == "constant" else {}
-        if mode == "reflect":
-            # Reflect repeatedly for pads larger than the image.
+        if mode == "reflect":  # reflect repeatedly for pads larger than the image
             out = img
             while pad > 0:
                 step = min(pad, min(out.shape[0], out.shape[1]) - 1)
@@ -51,7 +124,8 @@ def region(img: np.ndarray, y0: int, x0: int, h: int, w: int, mode: str, fill) -
                 pad -= step
                 y0, x0 = y0 + step, x0 + step
             return out[y0 : y0 + h, x0 : x0 + w]
-        img = np.pad(img, ((pad, pad), (pad, pad), (0, 0)), mode=NP_PAD[mode], **kw)
+        kw = {"constant_values": fill} if mode == "constant" else {}
+        img = np.pad(img, ((pad, pad), (pad, pad), (0, 0)), mode=mode, **kw)
         y0, x0 = y0 + pad, x0 + pad
     return img[y0 : y0 + h, x0 : x0 + w]
 
@@ -67,74 +141,84 @@ def flips_rot(img: np.ndarray, prm) -> np.ndarray:
 def geometry(img: np.ndarray, layout: ImageLayout, aug: PairAugment, prm) -> np.ndarray:
     """Plain crop/pad/translate + flips + rot90 of one stored image."""
     hwc = to_hwc(img, layout)
-    y0, x0, rh, rw = int(prm.y0), int(prm.x0), int(prm.rh), int(prm.rw)
     fill = np.array(aug.fill, dtype=img.dtype)
-    out = flips_rot(region(hwc, y0, x0, rh, rw, aug.pad_mode, fill), prm)
+    out = flips_rot(region(hwc, prm.y0, prm.x0, prm.rh, prm.rw, aug.pad_mode, fill), prm)
     return from_hwc(np.ascontiguousarray(out), layout)
 
 
-def resized(img: np.ndarray, layout: ImageLayout, aug: PairAugment, prm) -> np.ndarray:
-    """Bilinear resized crop (align_corners=False, edge clamp) + flips + rot90."""
-    hwc = to_hwc(img, layout).astype(np.float64)
-    H, W = hwc.shape[:2]
-    oh, ow = aug.crop
-    y0, x0, rh, rw = prm.y0, prm.x0, prm.rh, prm.rw
-    # Output pixel (y, x) after flips/rot came from resized pixel (ry, rx): undo them.
-    yy, xx = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
-    ry, rx = yy.copy(), xx.copy()
-    rot = int(prm.rot)
-    if rot == 1:
-        ry, rx = xx, ow - 1 - yy
-    elif rot == 2:
-        ry, rx = oh - 1 - yy, ow - 1 - xx
-    elif rot == 3:
-        ry, rx = oh - 1 - xx, yy
-    if prm.vflip:
-        ry = oh - 1 - ry
-    if prm.hflip:
-        rx = ow - 1 - rx
-    fy = np.clip(y0 + (ry + 0.5) * rh / oh - 0.5, 0.0, H - 1.0)
-    fx = np.clip(x0 + (rx + 0.5) * rw / ow - 0.5, 0.0, W - 1.0)
+def bilinear(img: np.ndarray, y0: float, x0: float, rh: float, rw: float, out_hw) -> np.ndarray:
+    """The region resized to ``out_hw`` (HWC, float64): half-pixel centres, samples clamped to
+    the image (``align_corners=False``), bilinear between the four pixels around each."""
+    H, W = img.shape[:2]
+    oh, ow = out_hw
+    fy = np.clip(y0 + (np.arange(oh) + 0.5) * rh / oh - 0.5, 0.0, H - 1.0)
+    fx = np.clip(x0 + (np.arange(ow) + 0.5) * rw / ow - 0.5, 0.0, W - 1.0)
     iy, ix = np.floor(fy).astype(int), np.floor(fx).astype(int)
     iy1, ix1 = np.minimum(iy + 1, H - 1), np.minimum(ix + 1, W - 1)
-    wy, wx = (fy - iy)[..., None], (fx - ix)[..., None]
-    v = (1.0 - wy) * ((1.0 - wx) * hwc[iy, ix] + wx * hwc[iy, ix1]) + wy * (
-        (1.0 - wx) * hwc[iy1, ix] + wx * hwc[iy1, ix1]
-    )
-    if img.dtype == np.uint8:
-        v = np.clip(np.floor(v + 0.5), 0, 255)
-    # float16 is computed through float32, as the op documents.
-    work = np.float32 if img.dtype == np.float16 else img.dtype
-    return from_hwc(v.astype(work).astype(img.dtype), layout)
+    wy, wx = (fy - iy)[:, None, None], (fx - ix)[None, :, None]
+    x = img.astype(np.float64)
+    top = (1 - wx) * x[iy][:, ix] + wx * x[iy][:, ix1]
+    bottom = (1 - wx) * x[iy1][:, ix] + wx * x[iy1][:, ix1]
+    return (1 - wy) * top + wy * bottom
 
 
-def photometric(img: np.ndarray, aug: PairAugment, seed: int, epoch: int, sid: int, tag: int):
-    """Brightness, contrast, noise in float64, in the kernel's operation order."""
-    x = img.astype(np.float64).reshape(-1)
+def resized(img: np.ndarray, layout: ImageLayout, aug: PairAugment, prm) -> np.ndarray:
+    """Resized crop + flips + rot90, float64 (uint8: not yet rounded)."""
+    hwc = bilinear(to_hwc(img, layout), prm.y0, prm.x0, prm.rh, prm.rw, aug.crop)
+    return from_hwc(np.ascontiguousarray(flips_rot(hwc, prm)), layout)
+
+
+def round_uint8(v: np.ndarray) -> np.ndarray:
+    return np.clip(np.floor(v + 0.5), 0, 255)
+
+
+# -- photometric ------------------------------------------------------------------------
+def normal_table() -> np.ndarray:
+    """2**16 equally likely quantiles of the standard normal, scaled to unit variance."""
+    d = NormalDist()
+    z = np.array([d.inv_cdf((k + 0.5) / 65536) for k in range(65536)])
+    return z / np.sqrt(np.mean(z * z))
+
+
+_TABLE: list[np.ndarray] = []
+
+
+def noise(key: int, n: int) -> np.ndarray:
+    """z_0 .. z_{n-1}: value j is the 16-bit field j % 4 of mix64(key + (j // 4 + 1) * GOLDEN)."""
+    if not _TABLE:
+        _TABLE.append(normal_table())
+    fields = [(mix64(key + (j // 4 + 1) * GOLDEN) >> (16 * (j % 4))) & 0xFFFF for j in range(n)]
+    return _TABLE[0][np.array(fields, dtype=np.int64)]
+
+
+def photometric(
+    img: np.ndarray, layout: ImageLayout, aug: PairAugment, draw: tuple[int, int, int, int]
+) -> np.ndarray:
+    """Brightness, contrast (around the grayscale mean for 3 channels), noise; float64.
+
+    ``draw``: ``(seed, epoch, sid, tag)``. uint8 inputs clamp after brightness; the result is
+    not yet rounded.
+    """
+    seed, epoch, sid, tag = draw
 
     def key(op: int, paired: bool) -> int:
-        return np.uint64(H.sample_key(seed, epoch, sid, op, 0 if paired else tag))
+        return sample_key(seed, epoch, sid, op, 0 if paired else tag)
 
-    kb, kc = key(H.OP_BRIGHTNESS, aug.brightness_paired), key(H.OP_CONTRAST, aug.contrast_paired)
-    kn = key(H.OP_NOISE, aug.noise_paired)
-    b = 1.0 + aug.brightness * (2.0 * H.uniform(kb, 0) - 1.0) if aug.brightness else 1.0
-    c = 1.0 + aug.contrast * (2.0 * H.uniform(kc, 0) - 1.0) if aug.contrast else 1.0
-    v = x * b
-    if aug.contrast:
-        mean = np.cumsum(x)[-1] * b / len(x)
-        v = (v - mean) * c + mean
-    if aug.noise_std:
-        # Scalar libm calls, as the kernel makes them (numpy's SIMD log/cos may differ by an ulp).
-        noise = [
-            math.sqrt(-2.0 * math.log(1.0 - H.uniform(kn, 2 * k)))
-            * math.cos(2.0 * math.pi * H.uniform(kn, 2 * k + 1))
-            for k in range(len(x))
-        ]
-        v = v + aug.noise_std * np.array(noise)
-    if img.dtype == np.uint8:
-        v = np.clip(np.floor(v + 0.5), 0, 255)
-    return (
-        v.astype(np.float32 if img.dtype == np.float16 else img.dtype)
-        .astype(img.dtype)
-        .reshape(img.shape)
-    )
+    b = 1 + aug.brightness * (2 * uniform(key(OP_BRIGHTNESS, aug.brightness_paired), 0) - 1)
+    c = 1 + aug.contrast * (2 * uniform(key(OP_CONTRAST, aug.contrast_paired), 0) - 1)
+    x = img.astype(np.float64)
+    x1 = np.minimum(b * x, 255.0) if img.dtype == np.uint8 else b * x
+    hwc = to_hwc(x1, layout)
+    if hwc.shape[-1] == 3:
+        m = float(np.mean(hwc @ np.array(LUMA)))
+    else:
+        m = float(np.mean(hwc))
+    x2 = c * x1 + (1 - c) * m
+    z = noise(key(OP_NOISE, aug.noise_paired), x.size).reshape(x.shape)
+    return x2 + aug.noise_std * z
+
+
+def normalize(q: np.ndarray, layout: ImageLayout, aug: PairAugment) -> np.ndarray:
+    """``(q - mean[c]) / std[c]`` per channel, float64."""
+    mean, std = np.array(aug.normalize_mean), np.array(aug.normalize_std)
+    return from_hwc((to_hwc(q.astype(np.float64), layout) - mean) / std, layout)

@@ -84,6 +84,26 @@ def test_geometry_equals_reference(tmp_path: Path, shape, dtype, aug) -> None:
         np.testing.assert_array_equal(xb[sid], ref.geometry(b[sid], lay, aug, prm))
 
 
+def near_tie(exact: np.ndarray) -> np.ndarray:
+    """Within 1e-3 of x.5, where float32 arithmetic may round either way."""
+    return np.abs(exact - np.floor(exact) - 0.5) < 1e-3
+
+
+def assert_close_to(got: np.ndarray, exact: np.ndarray, dtype, ties=False) -> None:
+    """uint8: the exact value rounded half up, except near a tie, where it may be one off, or
+    near a tie of an earlier rounding (``ties``), whose one level a later gain (brightness,
+    contrast) may stretch to two; floats: equal to float32 (float16) precision."""
+    if np.dtype(dtype) == np.uint8:
+        want = ref.round_uint8(exact)
+        diff = np.abs(got.astype(np.int64) - want) * np.where(ties, 0.5, 1.0)
+        assert diff.max() <= 1, diff.max()
+        loose = near_tie(exact) | ties
+        assert not (diff[~loose]).any(), (got[~loose], want[~loose])
+    else:
+        tol = 2e-3 if np.dtype(dtype) == np.float16 else 1e-5
+        np.testing.assert_allclose(got, exact, rtol=tol, atol=tol * (1 + np.abs(exact).max()))
+
+
 @pytest.mark.parametrize(
     ("shape", "dtype"), [((3, 16, 16), "uint8"), ((16, 16, 2), "float32"), ((1, 16, 16), "float16")]
 )
@@ -98,7 +118,7 @@ def test_resized_crop_equals_reference(tmp_path: Path, shape, dtype, extra) -> N
     lay = image_layout(ArraySpec(shape, dtype))
     for sid in ids:
         prm = ref.params(aug, lay, SEED, 1, sid, 0)
-        np.testing.assert_array_equal(xa[sid], ref.resized(a[sid], lay, aug, prm))
+        assert_close_to(xa[sid], ref.resized(a[sid], lay, aug, prm), dtype)
     np.testing.assert_array_equal(xa, xb)  # B == A stays B == A
 
 
@@ -121,9 +141,12 @@ def test_photometric_equals_reference(tmp_path: Path, shape, dtype, aug) -> None
     a, b, labels = _data(24, shape, dtype)
     path = _file(tmp_path, a, b, labels)
     xa, xb, ids = _batches(path, aug, epoch=2)
+    from ffcv_pairs import ArraySpec
+
+    lay = image_layout(ArraySpec(shape, dtype))
     for sid in ids:
-        np.testing.assert_array_equal(xa[sid], ref.photometric(a[sid], aug, SEED, 2, sid, 0))
-        np.testing.assert_array_equal(xb[sid], ref.photometric(b[sid], aug, SEED, 2, sid, 1))
+        assert_close_to(xa[sid], ref.photometric(a[sid], lay, aug, (SEED, 2, sid, 0)), dtype)
+        assert_close_to(xb[sid], ref.photometric(b[sid], lay, aug, (SEED, 2, sid, 1)), dtype)
 
 
 def _symmetry(img: np.ndarray) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -173,27 +196,16 @@ def test_pairing_survives(tmp_path: Path, pad_mode: str) -> None:
     assert abs(flipped - n / 2) < 4.5 * np.sqrt(n / 4), (flipped, n)
 
 
-def test_brightness_zero_is_the_identity_and_nonzero_is_not(tmp_path: Path, monkeypatch) -> None:
-    """brightness=0 leaves images bit-identical (the photometric kernel is not even run),
-    and so does a brightness too small to move a uint8 value (the kernel runs: rounding
-    must give each value back); a real brightness scales each image by its own factor in
-    [1 - b, 1 + b]."""
-    import ffcv_pairs.augment.ops as ops
-
-    kernel, calls = ops.photometric, []
-
-    def counting(*args):
-        calls.append(len(args[0]))
-        return kernel(*args)
-
-    monkeypatch.setattr(ops, "photometric", counting)
+def test_brightness_zero_is_the_identity_and_nonzero_is_not(tmp_path: Path) -> None:
+    """brightness=0 leaves images bit-identical, and so does a brightness too small to
+    move a uint8 value (rounding must give each value back: uint8 batches are fused into
+    the decoder, so the op runs there); a real brightness scales each image by its own
+    factor in [1 - b, 1 + b]."""
     a, _, labels = _data(64, (3, 8, 8), "uint8")
     a = np.clip(a, 20, 200)  # no clipping at 0 or 255 for the factor check below
     path = _file(tmp_path, a, 255 - a, labels)
-    for brightness, runs in ((0.0, 0), (1e-6, 2 * 64)):
-        calls.clear()
+    for brightness in (0.0, 1e-6):
         xa, xb, ids = _batches(path, PairAugment(brightness=brightness))
-        assert sum(calls) == runs, (brightness, calls)
         assert xa.tobytes() == a[ids].tobytes(), brightness
         assert xb.tobytes() == (255 - a)[ids].tobytes(), brightness
     xa, _, ids = _batches(path, PairAugment(brightness=0.3))

@@ -21,6 +21,7 @@ TABLE_HEADINGS = (
     "## b. Writer",
     "## c. Total memory",
     "## d. Cold cache and read amplification",
+    "## e. Augmentation ops",
     "## Machine",
 )
 
@@ -50,6 +51,13 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
     assert set(res["throughput"]) == set(CONTESTANTS)
     for key in ("startup", "writer", "memory", "cold", "amplification", "targets", "machine"):
         assert res[key], key
+    from bench.augops import AUG_ROWS
+
+    for side in ("64", "224"):
+        rows = res["augops"]["sizes"][side]["rows"]
+        assert set(rows) == {r.key for r in AUG_ROWS}, side
+        assert all(r["status"] == "ok" and r["best"] for r in rows.values()), side
+    assert "realistic pipeline at 224x224 vs plain decode" in md
     assert {"pt_ranks_w4", "ours_4ranks"} <= set(res["memory"])
     from bench.writer_bench import JOBS
 

@@ -1,10 +1,11 @@
 """Per-field augmentation ops: FFCV ``Operation``\\ s that receive the sample ids.
 
-Each CPU op calls a cached, parallel numba kernel from :mod:`kernels` with the
-batch's sample ids (``with_indices``) and the loader's ``[seed, epoch]`` clock,
-which it reads by reference, so a new epoch needs no recompilation. float16
-batches, which numba cannot type, are converted to float32 and back around the
-kernel.
+For uint8 A and B every CPU op is fused into the decoder (see :mod:`.plan`);
+these ops serve the other dtypes. Each CPU op calls a cached, parallel numba
+kernel from :mod:`kernels` with the batch's sample ids (``with_indices``) and
+the loader's ``[seed, epoch]`` clock, which it reads by reference, so a new
+epoch needs no recompilation. float16 batches, which numba cannot type, are
+converted to float32 and back around the kernel.
 """
 
 from __future__ import annotations
@@ -19,11 +20,29 @@ from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
 from ..format.schema import PairSchema
-from ..kernels.photometric import photometric
-from ..kernels.resize import resized_crop
+from ..kernels.noise import normal_table
+from ..kernels.photometric import ChannelLayout, photometric
+from ..kernels.pixels import photometric_uint8
+from ..kernels.resize import ResizePlan, resized_crop
 from .config import ImageLayout, PairAugment
+from .plan import StagePlan
 
-__all__ = ["NormalizeConvert", "Photometric", "ResizedCrop", "cpu_ops", "device_ops"]
+__all__ = [
+    "AsBFloat16",
+    "NormalizeConvert",
+    "Photometric",
+    "ResizedCrop",
+    "channel_layout",
+    "cpu_ops",
+    "device_ops",
+]
+
+
+def channel_layout(layout: ImageLayout, shape: tuple[int, ...]) -> ChannelLayout:
+    """The kernels' :class:`~ffcv_pairs.kernels.photometric.ChannelLayout` of an image of
+    ``shape`` (the output of the ops before) laid out as ``layout``."""
+    n = int(np.prod(shape))
+    return ChannelLayout(layout.planes, layout.pixel, n // layout.planes)
 
 
 def _numeric(batch: np.ndarray) -> np.ndarray:
@@ -47,15 +66,15 @@ class ResizedCrop(Operation):
 
     def generate_code(self) -> Callable:
         lay, geo, clock, tag = self.layout, self.geo, self.clock, self.tag
-        oh = self.out_shape[0] if lay.channels != "first" else self.out_shape[1]
+        oh, ow = geo.out_h, geo.out_w
 
         def crop(images, dst, indices):
             n = len(indices)
-            src = _numeric(images[:n]).reshape(n, lay.planes, lay.height, -1)
+            src = _numeric(images[:n]).reshape(n, -1)
             out = dst[:n] if dst.dtype != np.float16 else np.empty(dst[:n].shape, np.float32)
-            dst_planes = out.reshape(n, lay.planes, oh, -1)
-            is_int = out.dtype == np.uint8
-            resized_crop(indices, src, dst_planes, lay.pixel, geo, clock, tag, is_int)
+            integer = out.dtype == np.uint8
+            plan = ResizePlan(lay.planes, lay.height, lay.width, lay.pixel, oh, ow, integer)
+            resized_crop(indices, src, out.reshape(n, -1), plan, geo, clock, tag)
             if out is not dst[:n]:
                 dst[:n] = out
             return dst[:n]
@@ -67,22 +86,28 @@ class ResizedCrop(Operation):
 class Photometric(Operation):
     """Brightness, contrast and gaussian noise, in place; paired or per image."""
 
-    def __init__(self, augment: PairAugment, clock: np.ndarray, tag: int):
+    def __init__(self, augment: PairAugment, layout: ImageLayout, clock: np.ndarray, tag: int):
         super().__init__()
-        self.cfg, self.clock, self.tag = augment.photometric_config(), clock, tag
+        self.cfg = augment.photometric_config()
+        self.layout, self.clock, self.tag = layout, clock, tag
+        self.shape = augment.output_shape(layout)
 
     def declare_state_and_memory(self, previous_state: State):
         return previous_state, None
 
     def generate_code(self) -> Callable:
-        cfg, clock, tag = self.cfg, self.clock, self.tag
+        cfg, clock, tag, table = self.cfg, self.clock, self.tag, normal_table()
+        lay = channel_layout(self.layout, self.shape)
 
         def jitter(images, _, indices):
             n = len(indices)
-            work = _numeric(images[:n])
-            photometric(indices, work.reshape(n, -1), cfg, clock, tag, work.dtype == np.uint8)
-            if work is not images[:n]:
-                images[:n] = work
+            work = _numeric(images[:n]).reshape(n, -1)
+            if work.dtype == np.uint8:
+                photometric_uint8(indices, work, cfg, clock, tag, lay, table)
+            else:
+                photometric(indices, work, cfg, clock, tag, lay, table)
+                if images.dtype == np.float16:
+                    images[:n] = work.reshape(images[:n].shape)
             return images
 
         jitter.with_indices = True  # type: ignore[attr-defined]
@@ -139,22 +164,43 @@ class NormalizeConvert(Operation):
         return normalize
 
 
+class AsBFloat16(Operation):
+    """View a uint16 tensor of bfloat16 bits (what the fused CPU kernel writes) as bfloat16."""
+
+    def declare_state_and_memory(self, previous_state: State):
+        return replace(previous_state, jit_mode=False, dtype=torch.bfloat16), None
+
+    def generate_code(self) -> Callable:
+        def as_bfloat16(x: torch.Tensor, _) -> torch.Tensor:
+            return x.view(torch.bfloat16)
+
+        return as_bfloat16
+
+
 def cpu_ops(
-    augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray
+    augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray, plan: StagePlan
 ) -> list[Operation]:
-    """The CPU ops of field ``name`` after the shared decoder: resized crop, photometric."""
+    """The CPU ops of field ``name`` after the shared decoder: resized crop, photometric
+    (none when the decoder fuses them)."""
+    if plan.fused:
+        return []
     layout = augment.layouts(schema)[name]
     tag = schema.IMAGE_FIELDS.index(name)
     ops: list[Operation] = []
     if augment.crop_scale is not None:
         ops.append(ResizedCrop(augment, layout, clock, tag))
     if augment.has_photometric:
-        ops.append(Photometric(augment, clock, tag))
+        ops.append(Photometric(augment, layout, clock, tag))
     return ops
 
 
-def device_ops(augment: PairAugment, name: str, schema: PairSchema) -> list[Operation]:
-    """The ops of field ``name`` after ``ToDevice``: normalise and cast, when asked for."""
+def device_ops(
+    augment: PairAugment, name: str, schema: PairSchema, plan: StagePlan
+) -> list[Operation]:
+    """The ops of field ``name`` after ``ToTensor`` (and ``ToDevice``): normalise and cast,
+    unless the decoder did (then at most a bfloat16 view of its bits)."""
+    if plan.cpu_output:
+        return [AsBFloat16()] if plan.output_dtype == "bfloat16" else []
     layout = augment.layouts(schema)[name]
     stored = schema.spec(name).dtype
     out = augment.resolved_out_dtype(stored)

@@ -2,9 +2,12 @@
 
 ``hashing`` (the one counter-based hash), ``permute`` (keyed permutations built on
 it), ``bytemoves`` (inline LLVM row moves),
-``geometry`` (one sample's draw), ``planes`` (moving one plane), ``decode``
-(A and B of a batch from the mapping), ``resize`` and ``photometric``. Every
-kernel is cached on disk, keyed on all of these sources (see ``_cache``).
+``bytesums`` (64-byte sums), ``floatbits`` (float16/bfloat16 bits), ``geometry``
+(one sample's draw), ``planes`` (moving one plane), ``decode`` (A and B of a
+batch from the mapping), ``resize`` (separable bilinear), ``photometric`` (the
+definitions), ``noise`` (the counter stream), ``pixels`` (photometric and output
+in one pass) and ``fused`` (every CPU op of a uint8 batch). Every kernel is
+cached on disk, keyed on all of these sources (see ``_cache``).
 """
 
 from . import _cache  # noqa: F401  (first: the cache locators must be in place before any @njit)

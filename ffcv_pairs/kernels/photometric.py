@@ -1,4 +1,23 @@
-"""Brightness, contrast and gaussian noise, per sample, paired or per image."""
+"""Brightness, contrast and gaussian noise: their definition, draws and image means.
+
+**Definition** (per image; torchvision's ``adjust_brightness`` then
+``adjust_contrast``, with one rounding at the end):
+
+* brightness ``b`` in ``[1 - brightness, 1 + brightness]``: ``x1 = min(b * x, 255)``
+  for uint8 (torchvision clamps), ``b * x`` for floats;
+* contrast ``c`` in ``[1 - contrast, 1 + contrast]`` around the image's mean ``m`` of
+  ``x1``: for 3 channels the mean of the grayscale image ``0.2989 R + 0.587 G + 0.114 B``
+  (torchvision's ``rgb_to_grayscale``), otherwise the mean of all values:
+  ``x2 = c * x1 + (1 - c) * m``;
+* noise: ``x3 = x2 + noise_std * z`` with ``z`` from :mod:`~ffcv_pairs.kernels.noise`;
+* uint8: ``clamp(floor(x3 + 1/2), 0, 255)`` (float32 arithmetic, so within 1 of that
+  computed exactly, and almost always equal); floats: ``x3`` (no clamp).
+
+torchvision instead rounds toward zero after each op and takes the mean of the
+grayscale image rounded to uint8, so its uint8 results can sit one level lower.
+The uint8 kernel (one pass, vectorised) is :func:`~ffcv_pairs.kernels.pixels.finish_image`;
+:func:`photometric` is the float one.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +27,21 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .hashing import OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE, normal, sample_key, uniform
+from .bytesums import above_sums
+from .hashing import OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE, sample_key, uniform
+from .noise import noise_block
 
-__all__ = ["PhotometricConfig", "photometric"]
+__all__ = [
+    "LUMA",
+    "ChannelLayout",
+    "PhotometricConfig",
+    "PixelDraw",
+    "draw_pixels",
+    "image_mean",
+    "photometric",
+]
+
+LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
 
 
 class PhotometricConfig(NamedTuple):
@@ -24,33 +55,113 @@ class PhotometricConfig(NamedTuple):
     noise_paired: bool
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
-def photometric(ids, x, cfg, clock, tag, is_int):  # pragma: no cover - JIT
-    """In place: brightness, then contrast, then gaussian noise, per sample.
+class ChannelLayout(NamedTuple):
+    """Where the channels of one (output) image are: ``planes`` planes of ``plane_size``
+    elements, each pixel ``pixel`` interleaved channels (CHW: ``(C, 1)``; HWC: ``(1, C)``)."""
 
-    ``cfg``: :class:`PhotometricConfig`. ``x``: ``(batch, n)`` uint8 (``is_int``: rounded half up,
-    clipped to [0, 255]) or float32.
+    planes: int
+    pixel: int
+    plane_size: int
+
+
+class PixelDraw(NamedTuple):
+    """One image's photometric draw: factors, and the key of its noise stream."""
+
+    bright: float
+    contrast: float
+    noise_std: float
+    noise_key: np.uint64
+
+
+@nb.njit(cache=True, nogil=True)
+def draw_pixels(cfg, clock, sample_id, tag):  # pragma: no cover - JIT
+    """The :class:`PixelDraw` of ``sample_id`` for field ``tag`` (0: A, 1: B) in epoch ``clock[1]``.
+
+    A paired op keys its draw with tag 0 for both fields.
     """
     seed, epoch = clock[0], clock[1]
+    kb = sample_key(seed, epoch, sample_id, OP_BRIGHTNESS, 0 if cfg.brightness_paired else tag)
+    kc = sample_key(seed, epoch, sample_id, OP_CONTRAST, 0 if cfg.contrast_paired else tag)
+    kn = sample_key(seed, epoch, sample_id, OP_NOISE, 0 if cfg.noise_paired else tag)
+    b = 1.0 + cfg.brightness * (2.0 * uniform(kb, 0) - 1.0) if cfg.brightness > 0 else 1.0
+    c = 1.0 + cfg.contrast * (2.0 * uniform(kc, 0) - 1.0) if cfg.contrast > 0 else 1.0
+    return PixelDraw(b, c, cfg.noise_std, kn)
+
+
+@nb.njit(cache=True, nogil=True)
+def _threshold(bright):  # pragma: no cover - JIT
+    """The smallest uint8 value ``v`` that ``min(bright * v, 255)`` clamps (256: none)."""
+    if bright * 255.0 <= 255.0:
+        return 256
+    t = np.int64(math.floor(255.0 / bright)) + 1
+    while t > 0 and bright * (t - 1) > 255.0:
+        t -= 1
+    while t <= 255 and bright * t <= 255.0:
+        t += 1
+    return t
+
+
+@nb.njit(cache=True, nogil=True)
+def _segment_sum(seg, t):  # pragma: no cover - JIT
+    """``(sum of values below t, count of values >= t)`` of a uint8 segment: integer, so
+    exact, from 64-byte vector sums."""
+    total, _ = above_sums(seg, 0)
+    if t > 255:  # nothing clamps (brightness <= 1)
+        return total, np.int64(0)
+    above, count = above_sums(seg, t - 1)  # sum of (v - (t - 1)) over v >= t, and their count
+    return total - above - (t - 1) * count, count
+
+
+@nb.njit(cache=True, nogil=True)
+def _channel_sum(x, lay, channel, bright, integer):  # pragma: no cover - JIT
+    """Sum over one channel of ``min(bright * x, 255)`` (``integer``) or ``bright * x``."""
+    t = _threshold(bright) if integer else 1 << 30
+    if lay.pixel == 1:
+        seg = x[channel * lay.plane_size : (channel + 1) * lay.plane_size]
+        if not integer:
+            return bright * np.sum(seg.astype(np.float64))
+        low, high = _segment_sum(seg, t)
+        return bright * low + 255.0 * high
+    low, high, total = np.int64(0), np.int64(0), 0.0
+    for j in range(channel, lay.plane_size, lay.pixel):
+        if integer:
+            v = np.int64(x[j])
+            low += v if v < t else 0
+            high += 1 if v >= t else 0
+        else:
+            total += np.float64(x[j])
+    return bright * low + 255.0 * high if integer else bright * total
+
+
+@nb.njit(cache=True, nogil=True)
+def image_mean(x, lay, bright, integer):  # pragma: no cover - JIT
+    """The contrast mean ``m`` of one image ``x`` (1-d) after brightness ``bright``."""
+    channels = lay.planes * lay.pixel
+    pixels = lay.planes * lay.plane_size // channels
+    if channels == 3:
+        total = 0.0
+        for k in range(3):
+            total += LUMA[k] * _channel_sum(x, lay, k, bright, integer)
+        return total / pixels
+    total = 0.0
+    for k in range(channels):
+        total += _channel_sum(x, lay, k, bright, integer)
+    return total / (pixels * channels)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def photometric(ids, x, cfg, clock, tag, lay, table):  # pragma: no cover - JIT
+    """In place, float32 images ``x`` ``(batch, elements)``: the module's definition, unclamped.
+
+    ``lay``: :class:`ChannelLayout`; ``table``: :func:`~ffcv_pairs.kernels.noise.normal_table`.
+    """
     n = x.shape[1]
     for i in nb.prange(len(ids)):
-        sid = ids[i]
-        kb = sample_key(seed, epoch, sid, OP_BRIGHTNESS, 0 if cfg.brightness_paired else tag)
-        kc = sample_key(seed, epoch, sid, OP_CONTRAST, 0 if cfg.contrast_paired else tag)
-        kn = sample_key(seed, epoch, sid, OP_NOISE, 0 if cfg.noise_paired else tag)
-        bright = 1.0 + cfg.brightness * (2.0 * uniform(kb, 0) - 1.0) if cfg.brightness > 0 else 1.0
-        contrast = 1.0 + cfg.contrast * (2.0 * uniform(kc, 0) - 1.0) if cfg.contrast > 0 else 1.0
-        mean = 0.0
-        if cfg.contrast > 0:
-            for j in range(n):
-                mean += np.float64(x[i, j])
-            mean = mean * bright / n
+        d = draw_pixels(cfg, clock, ids[i], tag)
+        img = x[i]
+        m = image_mean(img, lay, d.bright, False) if cfg.contrast > 0 else 0.0
+        noise = np.zeros(n, np.float32)
+        if cfg.noise_std > 0:
+            noise_block(d.noise_key, 0, noise, np.float32(d.noise_std), table)
         for j in range(n):
-            v = np.float64(x[i, j]) * bright
-            if cfg.contrast > 0:
-                v = (v - mean) * contrast + mean
-            if cfg.noise_std > 0:
-                v += cfg.noise_std * normal(kn, j)
-            if is_int:
-                v = min(max(math.floor(v + 0.5), 0.0), 255.0)
-            x[i, j] = v
+            img[j] = d.contrast * (d.bright * img[j]) + (1.0 - d.contrast) * m + noise[j]

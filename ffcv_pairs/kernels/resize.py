@@ -1,46 +1,211 @@
-"""Random resized crop (bilinear), with the shared flips, quarter turns and translation."""
+"""Random resized crop: a separable bilinear resample of one region, flips and quarter turns.
+
+**Definition** (torchvision's ``resize`` of the crop, ``align_corners=False``):
+output pixel ``(y, x)`` of an ``(oh, ow)`` output, after undoing the quarter turns
+and flips (:func:`~ffcv_pairs.kernels.geometry.inverse`) to region pixel
+``(ry, rx)``, samples the stored image at ``fy = y0 + (ry + 1/2) * rh / oh - 1/2``
+and ``fx = x0 + (rx + 1/2) * rw / ow - 1/2``, each clamped to ``[0, size - 1]``
+(the nearest edge pixel outside the image), bilinearly between the four pixels
+around it.
+
+**How.** Separable, vertical first: per output row, one contiguous (vectorised)
+blend of the two source rows over the columns the region uses, then a
+horizontal pass with column indices and weights computed once per sample (and
+shared by A and B, and by every plane). Three planes of a CHW image go through
+the horizontal pass together (one index and weight load for three outputs).
+Source rows are read in place: from the page cache when the decoder calls it.
+
+**Rounding.** Arithmetic is float32. A uint8 result is the float32 value rounded
+half up (0.5 is added once, in the vertical pass): within 1 of the exact
+bilinear value rounded half up, and almost always equal to it.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numba as nb
 import numpy as np
 
-from .geometry import geometry_params, inverse
+from .geometry import Placement, geometry_params
 
-__all__ = ["resized_crop"]
+__all__ = ["ResizePlan", "ResizeWork", "new_work", "resize_sample", "resized_crop"]
+
+
+class ResizePlan(NamedTuple):
+    """Stored ``(planes, height, width, pixel)`` elements to ``(planes, oh, ow, pixel)``;
+    ``rounding``: an integer result (add 0.5 before truncating)."""
+
+    planes: int
+    height: int
+    width: int
+    pixel: int
+    oh: int
+    ow: int
+    rounding: bool
+
+
+class ResizeWork(NamedTuple):
+    """One thread's scratch: column taps, blended rows, and a plane set for quarter turns."""
+
+    xi: np.ndarray  # int64 (ow,): element offset of the left tap, relative to the first column
+    xw: np.ndarray  # float32 (ow,): weight of the right tap
+    rows: np.ndarray  # float32 (planes, (width + 1) * pixel): vertically blended rows
+    line: np.ndarray  # float32 (planes, ow * pixel): one output row before its cast
+    turn: np.ndarray  # dst dtype (planes * oh * ow * pixel,)
+
+
+@nb.njit(cache=True, nogil=True)
+def new_work(rp, like):  # pragma: no cover - JIT
+    """A :class:`ResizeWork` for plan ``rp``; ``turn`` has ``like``'s dtype."""
+    n = rp.planes * rp.oh * rp.ow * rp.pixel
+    return ResizeWork(
+        np.empty(rp.ow, np.int64),
+        np.empty(rp.ow, np.float32),
+        np.empty((rp.planes, (rp.width + 1) * rp.pixel), np.float32),
+        np.empty((rp.planes, rp.ow * rp.pixel), np.float32),
+        np.empty(n, like.dtype),
+    )
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _tap(r, start, length, out_len, limit):  # pragma: no cover - JIT
+    """Source index of the first tap, and the second tap's weight, of output position ``r``."""
+    f = start + (r + 0.5) * length / out_len - 0.5
+    f = min(max(f, 0.0), limit - 1.0)
+    i0 = np.int64(math.floor(f))
+    return i0, np.float32(f - i0)
+
+
+@nb.njit(cache=True, nogil=True)
+def _column_taps(rp, x0, rw, flip, work):  # pragma: no cover - JIT
+    """Fill ``work.xi``/``work.xw``; returns the source columns ``[lo, hi)`` the taps read."""
+    ow = rp.ow
+    for x in range(ow):
+        i0, w = _tap(ow - 1 - x if flip else x, x0, rw, ow, rp.width)
+        work.xi[x], work.xw[x] = i0, w
+    lo = min(work.xi[0], work.xi[ow - 1])
+    hi = min(max(work.xi[0], work.xi[ow - 1]) + 2, rp.width)
+    for x in range(ow):
+        work.xi[x] = (work.xi[x] - lo) * rp.pixel
+    return lo, hi
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _vertical(src, s0, rp, cols, fy, work):  # pragma: no cover - JIT
+    """Blend source rows ``fy[0]`` and ``fy[0] + 1`` (weight ``fy[1]``) of every plane over the
+    element range ``cols = (lo, n)`` into ``work.rows``; the last pixel is repeated once."""
+    a, wy = fy
+    b = min(a + 1, rp.height - 1)
+    half = np.float32(0.5) if rp.rounding else np.float32(0.0)
+    row_len, plane_len = rp.width * rp.pixel, rp.height * rp.width * rp.pixel
+    lo, n = cols
+    p = rp.pixel
+    for k in range(rp.planes):
+        base = s0 + k * plane_len + lo
+        r0 = src[base + a * row_len : base + a * row_len + n]
+        r1 = src[base + b * row_len : base + b * row_len + n]
+        out = work.rows[k]
+        for j in range(n):
+            q = np.float32(r0[j])
+            out[j] = q + (np.float32(r1[j]) - q) * wy + half
+        for c in range(p):
+            out[n + c] = out[n - p + c]
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _horizontal(rp, dst, d_row, plane_out, work):  # pragma: no cover - JIT
+    """One output row of every plane from ``work.rows``: ``dst[d_row + k * plane_out + ...]``.
+
+    Taps are read with unsigned indices (no negative-index checks) into a float32 line,
+    which one vectorised pass then stores in ``dst``'s dtype.
+    """
+    xi, xw, ow, p = work.xi, work.xw, rp.ow, rp.pixel
+    one = np.uint64(1)
+    k = 0
+    if p == 1:
+        while k + 3 <= rp.planes:  # three planes per pass: one tap load for three outputs
+            v0, v1, v2 = work.rows[k], work.rows[k + 1], work.rows[k + 2]
+            b0, b1, b2 = work.line[k], work.line[k + 1], work.line[k + 2]
+            for x in range(ow):
+                a, w = np.uint64(xi[x]), xw[x]
+                q = v0[a]
+                b0[x] = q + (v0[a + one] - q) * w
+                q = v1[a]
+                b1[x] = q + (v1[a + one] - q) * w
+                q = v2[a]
+                b2[x] = q + (v2[a + one] - q) * w
+            k += 3
+    while k < rp.planes:
+        v, b = work.rows[k], work.line[k]
+        for x in range(ow):
+            a, w = np.uint64(xi[x]), xw[x]
+            for c in range(p):
+                q = v[a + np.uint64(c)]
+                b[x * p + c] = q + (v[a + np.uint64(p + c)] - q) * w
+        k += 1
+    n = ow * p
+    for k in range(rp.planes):
+        b, d = work.line[k], d_row + k * plane_out
+        row = dst[d : d + n]  # a slice: the cast loop vectorises (indexing dst does not)
+        for j in range(n):
+            row[j] = b[j]
+
+
+@nb.njit(cache=True, nogil=True)
+def _quarter_turn(rp, src, dst, d0, rot):  # pragma: no cover - JIT
+    """``dst[d0:]`` = ``src`` (planes of ``(n, n, pixel)``) turned by ``rot`` (1 or 3) quarters."""
+    n, p = rp.oh, rp.pixel
+    plane = n * n * p
+    for k in range(rp.planes):
+        for y in range(n):
+            for x in range(n):
+                sy, sx = (x, n - 1 - y) if rot == 1 else (n - 1 - x, y)
+                s, d = k * plane + (sy * n + sx) * p, d0 + k * plane + (y * n + x) * p
+                for c in range(p):
+                    dst[d + c] = src[s + c]
+
+
+@nb.njit(cache=True, nogil=True)
+def _resample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
+    """The region of ``place``, flipped by its flags (no quarter turn), into ``dst[d0:]``."""
+    lo, hi = _column_taps(rp, place.x0, place.rw, place.hflip > 0, work)
+    cols = (lo * rp.pixel, (hi - lo) * rp.pixel)
+    plane_out = rp.oh * rp.ow * rp.pixel
+    for y in range(rp.oh):
+        fy = _tap(rp.oh - 1 - y if place.vflip else y, place.y0, place.rh, rp.oh, rp.height)
+        _vertical(src, s0, rp, cols, fy, work)
+        _horizontal(rp, dst, d0 + y * rp.ow * rp.pixel, plane_out, work)
+
+
+@nb.njit(cache=True, nogil=True)
+def resize_sample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
+    """One image: ``src[s0:]`` (``rp``'s stored planes) -> ``dst[d0:]`` (output planes).
+
+    ``place``: the sample's :class:`~ffcv_pairs.kernels.geometry.Placement`. A half turn
+    is both flips; a quarter turn resamples into ``work.turn``, then turns.
+    """
+    rot = place.rot
+    hflip = np.int64((place.hflip > 0) != (rot == 2))
+    vflip = np.int64((place.vflip > 0) != (rot == 2))
+    flat = Placement(hflip, vflip, np.int64(0), place.y0, place.x0, place.rh, place.rw)
+    if rot == 1 or rot == 3:
+        _resample(src, s0, work.turn, 0, rp, flat, work)
+        _quarter_turn(rp, work.turn, dst, d0, rot)
+    else:
+        _resample(src, s0, dst, d0, rp, flat, work)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
-def resized_crop(ids, src, dst, pixel, geo, clock, tag, is_int):  # pragma: no cover - JIT
-    """Random resized crop (bilinear, align_corners=False) + flips + rot90 + translate.
+def resized_crop(ids, src, dst, rp, geo, clock, tag):  # pragma: no cover - JIT
+    """Random resized crop of a decoded batch: ``src`` ``(batch, stored elements)`` to ``dst``
+    ``(batch, output elements)`` (float32, or uint8 with ``rp.rounding``).
 
-    ``src``/``dst``: ``(batch, planes, H, W*pixel)`` and ``(batch, planes, oh, ow*pixel)``,
-    uint8 (``is_int``: rounded half up, clipped) or float32. Samples outside the image take the
-    nearest edge pixel.
+    ``geo``: :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`; ``tag`` (0 for A, 1 for B)
+    keys the draw only when ``geo.paired`` is False.
     """
-    height, width = src.shape[2], src.shape[3] // pixel
-    oh, ow = dst.shape[2], dst.shape[3] // pixel
     for i in nb.prange(len(ids)):
-        place = geometry_params(geo, clock, ids[i], tag, height, width)
-        for y in range(oh):
-            for x in range(ow):
-                ry, rx = inverse(y, x, oh, ow, place)
-                fy = min(max(place.y0 + (ry + 0.5) * place.rh / oh - 0.5, 0.0), height - 1.0)
-                fx = min(max(place.x0 + (rx + 0.5) * place.rw / ow - 0.5, 0.0), width - 1.0)
-                iy, ix = np.int64(math.floor(fy)), np.int64(math.floor(fx))
-                iy1, ix1 = min(iy + 1, height - 1), min(ix + 1, width - 1)
-                wy, wx = fy - iy, fx - ix
-                for p in range(src.shape[1]):
-                    for c in range(pixel):
-                        v00 = np.float64(src[i, p, iy, ix * pixel + c])
-                        v01 = np.float64(src[i, p, iy, ix1 * pixel + c])
-                        v10 = np.float64(src[i, p, iy1, ix * pixel + c])
-                        v11 = np.float64(src[i, p, iy1, ix1 * pixel + c])
-                        v = (1.0 - wy) * ((1.0 - wx) * v00 + wx * v01) + wy * (
-                            (1.0 - wx) * v10 + wx * v11
-                        )
-                        if is_int:
-                            v = min(max(math.floor(v + 0.5), 0.0), 255.0)
-                        dst[i, p, y, x * pixel + c] = v
+        work = new_work(rp, dst[i])
+        place = geometry_params(geo, clock, ids[i], tag, rp.height, rp.width)
+        resize_sample(src[i], 0, dst[i], 0, rp, place, work)

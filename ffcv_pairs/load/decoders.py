@@ -27,9 +27,12 @@ from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
 from ..augment.config import ImageLayout, PairAugment
+from ..augment.plan import StagePlan
 from ..format.schema import ArraySpec, PairSchema
 from ..kernels.decode import BatchRefs, FieldPlan, decode_pairs, decode_pairs_serial
+from ..kernels.fused import fused_pairs, fused_pairs_serial
 from ..kernels.geometry import GeometryConfig
+from .fusing import fused_config, output_array
 
 __all__ = ["LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
 
@@ -44,6 +47,7 @@ class _FieldOutput:
 
     def __init__(self, spec: ArraySpec, layout: ImageLayout | None, aug: PairAugment | None):
         self.spec = spec
+        self.dtype = spec.np_dtype
         geometric = aug is not None and aug.has_geometry and aug.crop_scale is None
         if layout is None or aug is None or not geometric:
             self.out_shape = spec.shape
@@ -74,6 +78,8 @@ class PairDecoder(Operation):
         augment: Geometry to apply on the way, or None.
         clock: ``[seed, epoch]``, updated by the loader before each epoch.
         page_shift: ``log2`` of the file's page size (to find pages in the process cache).
+        plan: Where the ops run (see :mod:`~ffcv_pairs.augment.plan`); with ``plan.fused``
+            the decoder applies every CPU op (:mod:`~ffcv_pairs.kernels.fused`).
     """
 
     def __init__(
@@ -83,12 +89,18 @@ class PairDecoder(Operation):
         augment: PairAugment | None,
         clock: np.ndarray,
         page_shift: np.uint64,
+        plan: StagePlan | None = None,
     ):
         super().__init__()
         layouts = augment.layouts(schema) if augment is not None else {}
         self.fields = [
             _FieldOutput(schema.spec(n), layouts.get(n), augment) for n in schema.IMAGE_FIELDS
         ]
+        self.fused = None
+        if augment is not None and plan is not None and plan.fused:
+            self.fused = fused_config(augment, schema, plan, clock)
+            for out, shape in zip(self.fields, self.fused.shapes):
+                out.out_shape, out.dtype = shape, self.fused.dtype
         geometric = augment is not None and augment.has_geometry and augment.crop_scale is None
         if augment is not None and geometric:
             self.geo = augment.geometry_config(layouts[schema.IMAGE_FIELDS[0]])
@@ -99,12 +111,12 @@ class PairDecoder(Operation):
 
     def declare_state_and_memory(self, previous_state: State):
         a = self.fields[0]
-        queries = [AllocationQuery(f.out_shape, f.spec.np_dtype) for f in self.fields]
-        return replace(
-            previous_state, jit_mode=True, shape=a.out_shape, dtype=a.spec.np_dtype
-        ), queries
+        queries = [AllocationQuery(f.out_shape, f.dtype) for f in self.fields]
+        return replace(previous_state, jit_mode=True, shape=a.out_shape, dtype=a.dtype), queries
 
     def generate_code(self) -> Callable:
+        if self.fused is not None:
+            return self._fused_code()
         fa, fb = self.fields
         plan_a, plan_b = fa.plan, fb.plan
         fills = np.zeros((2, max(len(fa.fill), len(fb.fill))), dtype=np.uint8)
@@ -127,6 +139,27 @@ class PairDecoder(Operation):
             )
             batch = BatchRefs(indices, rows, ptrs_a, ptrs_b)
             kernel(batch, mm, outs, plan_a, plan_b, fills, geo, clock)
+            return out_a, out_b
+
+        return decode
+
+    def _fused_code(self) -> Callable:
+        cfg, ptr_b, shift = self.fused, self.ptr_b, self.page_shift
+        assert cfg is not None
+
+        def decode(indices, destination, metadata, storage_state):
+            out_a, out_b = destination
+            mm, ptrs_a, ptrs_b, rows = storage_state[0], metadata, ptr_b, indices
+            if len(storage_state) == 4:  # process cache: pages sit in private slots
+                mm, ptrs_a, ptrs_b, rows = _slot_pointers(
+                    indices, metadata, ptr_b, storage_state, shift
+                )
+            outs = (output_array(out_a), output_array(out_b))
+            batch = BatchRefs(indices, rows, ptrs_a, ptrs_b)
+            threads = nb.get_num_threads()  # this epoch thread's (see above)
+            ops = cfg.ops._replace(threads=threads)
+            kernel = fused_pairs if threads > 1 else fused_pairs_serial
+            kernel(batch, mm, outs, cfg.plan_a, cfg.plan_b, cfg.geo, cfg.photo, ops)
             return out_a, out_b
 
         return decode

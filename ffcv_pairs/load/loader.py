@@ -32,6 +32,7 @@ from ffcv.transforms import ToDevice, ToTensor
 
 from ..augment.config import PairAugment
 from ..augment.ops import cpu_ops, device_ops
+from ..augment.plan import stage_plan
 from ..format.integrity import open_beton
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
@@ -126,16 +127,17 @@ class PairLoader:
         if self.device.type != "cpu":
             to_device = [ToDevice(self.device, non_blocking=True)]
         b_ptrs = self.reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
-        decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock, self.reader.page_shift)
+        plan = stage_plan(aug, self.schema, on_cpu=self.device.type == "cpu")
+        decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock, self.reader.page_shift, plan)
         specs: dict[str, PipelineSpec] = {}
         for index, name in enumerate(PairSchema.IMAGE_FIELDS):
             out = decoder.fields[index]
             ops = [
-                TakeField(index, out.out_shape, out.spec.np_dtype),
-                *(cpu_ops(aug, name, self.schema, self._clock) if aug else []),
+                TakeField(index, out.out_shape, out.dtype),
+                *(cpu_ops(aug, name, self.schema, self._clock, plan) if aug else []),
                 ToTensor(),
                 *to_device,
-                *(device_ops(aug, name, self.schema) if aug else []),
+                *(device_ops(aug, name, self.schema, plan) if aug else []),
             ]
             if index == 0:
                 specs[name] = PipelineSpec(name, decoder=decoder, transforms=ops)

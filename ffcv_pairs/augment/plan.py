@@ -1,0 +1,57 @@
+"""Where each op of a :class:`~ffcv_pairs.augment.config.PairAugment` runs.
+
+* **uint8 A and B of one layout** (the common case): every CPU op is fused into the decoder
+  (:mod:`ffcv_pairs.kernels.fused`): geometry including the resized crop, read
+  straight from the page cache, then brightness, contrast and noise, then, on the
+  CPU path (``device`` is the CPU), normalisation and the output dtype, in the
+  loader's threads. With a GPU the decoder stops at uint8 and normalisation runs
+  on the device, so the host moves compact bytes.
+* **Other dtypes**: the decoder applies flips, crops and turns; the resized crop
+  and the photometric ops follow as CPU ops; normalisation and the dtype are
+  torch ops after ``ToTensor`` (on the device when there is one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..format.schema import PairSchema
+from .config import PairAugment
+
+__all__ = ["StagePlan", "stage_plan"]
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """What the decoder does for one loader.
+
+    Attributes:
+        fused: All CPU ops run inside the decoder (A and B are uint8).
+        output_dtype: What the decoder writes for A and B: the stored dtype, or the
+            normalised output dtype when ``cpu_output``.
+        cpu_output: The decoder also normalises and casts (CPU path, fused).
+    """
+
+    fused: bool
+    output_dtype: str
+    cpu_output: bool
+
+
+def _converts(augment: PairAugment, stored: str) -> bool:
+    return augment.normalize_mean is not None or augment.resolved_out_dtype(stored) != stored
+
+
+def stage_plan(augment: PairAugment | None, schema: PairSchema, on_cpu: bool) -> StagePlan:
+    """The :class:`StagePlan` of ``augment`` on files of ``schema``; ``on_cpu``: batches stay
+    on the CPU (no device stage)."""
+    dtypes = {schema.spec(name).dtype for name in schema.IMAGE_FIELDS}
+    stored = dtypes.pop() if len(dtypes) == 1 else ""
+    if augment is None or stored != "uint8":
+        return StagePlan(False, stored or "mixed", False)
+    a, b = (augment.layouts(schema)[name] for name in schema.IMAGE_FIELDS)
+    if a != b:  # the fused kernel shares one output layout between A and B
+        return StagePlan(False, stored, False)
+    cpu_output = on_cpu and _converts(augment, stored)
+    fused = augment.crop_scale is not None or augment.has_photometric or cpu_output
+    output = augment.resolved_out_dtype(stored) if cpu_output else stored
+    return StagePlan(fused, output, cpu_output)

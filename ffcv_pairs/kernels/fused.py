@@ -1,0 +1,178 @@
+"""A and B of a batch of uint8 images, every CPU op fused: geometry, photometric, output.
+
+Per sample and field, straight from the mapping (the page cache): the shared
+geometry (a plain copy, the crop/flip/turn moves of :mod:`planes`, or the
+resized crop of :mod:`resize`, which reads only the region's rows), then the
+photometric ops and the output dtype in one vectorised pass
+(:func:`~ffcv_pairs.kernels.pixels.finish_image`). Without geometry the pass
+reads the stored image in place; otherwise the geometry writes a per-thread
+staging image that stays in cache. So each byte is read from memory once (twice
+with contrast, whose mean needs a pass of its own) and each output written once.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numba as nb
+import numpy as np
+
+from .decode import BatchRefs
+from .geometry import geometry_params
+from .photometric import ChannelLayout, PixelDraw, draw_pixels, image_mean
+from .pixels import OUT_UINT8, OutputSpec, new_pixel_work
+from .pixels import finish_image as finish
+from .planes import PlaneMove, move_plane
+from .resize import ResizePlan, new_work, resize_sample
+
+__all__ = ["FusedOps", "fused_pairs", "fused_pairs_serial"]
+
+
+class FusedOps(NamedTuple):
+    """What the ops need besides the geometry and photometric configs: ``photometric`` (any
+    photometric op is on), the output ``kind`` (``OUT_*`` of :mod:`pixels`), ``norm`` float32
+    ``(2, 2, channels)`` (per field: mean and 1/std), the noise ``table``, ``fills``
+    (uint8 ``(2, pixel)``: constant padding of A and of B), the ``clock``
+    (``[seed, epoch]``, read by reference: a new epoch needs no recompiling) and
+    ``threads``: the loader's threads; :func:`fused_pairs` splits a batch into
+    ``4 * threads`` parts (each allocates its scratch once; more parts than threads
+    keep a thread that another process slows down from holding up the batch)."""
+
+    photometric: bool
+    kind: int
+    norm: np.ndarray
+    table: np.ndarray
+    fills: np.ndarray
+    clock: np.ndarray
+    threads: int
+
+
+class _Job(NamedTuple):
+    """One batch: the arguments of :func:`fused_pairs`, regrouped inside its parallel loop."""
+
+    batch: tuple
+    mm: np.ndarray
+    outs: tuple
+    plans: tuple
+    geo: tuple
+    photo: tuple
+    ops: FusedOps
+
+
+class _FieldWork(NamedTuple):
+    stage: np.ndarray
+    resize: tuple
+    pixels: tuple
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _resize_plan(plan, geo):  # pragma: no cover - JIT
+    return ResizePlan(
+        plan.planes, plan.height, plan.width, plan.pixel_bytes, geo.out_h, geo.out_w, True
+    )
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _channels(plan, geo):  # pragma: no cover - JIT
+    return ChannelLayout(plan.planes, plan.pixel_bytes, geo.out_h * geo.out_w * plan.pixel_bytes)
+
+
+@nb.njit(cache=True, nogil=True)
+def _field_work(plan, geo):  # pragma: no cover - JIT
+    stage = np.empty(plan.planes * geo.out_h * geo.out_w * plan.pixel_bytes, np.uint8)
+    resize = new_work(_resize_plan(plan, geo), stage)
+    return _FieldWork(stage, resize, new_pixel_work(_channels(plan, geo)))
+
+
+@nb.njit(cache=True, nogil=True)
+def _geometry(job, start, t, place, work):  # pragma: no cover - JIT
+    """Field ``t``'s stored image at ``job.mm[start:]`` -> ``work.stage``, moved by ``place``."""
+    geo, plan = job.geo, job.plans[t]
+    if geo.resize:
+        rp = _resize_plan(plan, geo)
+        resize_sample(job.mm, start, work.stage, 0, rp, place, work.resize)
+        return
+    p = plan.pixel_bytes
+    mv = PlaneMove(plan.height, plan.width, geo.out_h, geo.out_w, p, geo.pad_mode)
+    plane_in, plane_out = plan.height * plan.width * p, geo.out_h * geo.out_w * p
+    fill = job.ops.fills[t]
+    for k in range(plan.planes):
+        move_plane(job.mm, start + k * plane_in, work.stage, k * plane_out, mv, place, fill)
+
+
+@nb.njit(cache=True, nogil=True)
+def _fused_sample(i, job, works):  # pragma: no cover - JIT
+    """Sample ``i`` of the batch: both fields, see :func:`fused_pairs`."""
+    batch, geo, ops, clock = job.batch, job.geo, job.ops, job.ops.clock
+    sid, row = batch.ids[i], batch.rows[i]
+    place = geometry_params(geo, clock, sid, 0, job.plans[0].height, job.plans[0].width)
+    for t in range(2):
+        plan, work, out = job.plans[t], works[t], job.outs[t][i]
+        start = batch.ptr_a[row] if t == 0 else batch.ptr_b[row]
+        if t == 1 and not geo.paired:
+            place = geometry_params(geo, clock, sid, 1, plan.height, plan.width)
+        lay = _channels(plan, geo)
+        if geo.resize and ops.kind == OUT_UINT8 and not ops.photometric:
+            resize_sample(job.mm, start, out, 0, _resize_plan(plan, geo), place, work.resize)
+            continue
+        if geo.identity:
+            x = job.mm[start : start + lay.planes * lay.plane_size]
+        else:
+            _geometry(job, start, t, place, work)
+            x = work.stage[:]
+        draw = PixelDraw(1.0, 1.0, 0.0, np.uint64(0))
+        if ops.photometric:
+            draw = draw_pixels(job.photo, clock, sid, t)
+        mean = image_mean(x, lay, draw.bright, True) if job.photo.contrast > 0 else 0.0
+        finish(x, out, lay, draw, mean, OutputSpec(ops.kind, ops.norm[t], ops.table), work.pixels)
+
+
+@nb.njit(cache=True, nogil=True)
+def _fused_range(lo, hi, job):  # pragma: no cover - JIT
+    """Samples ``[lo, hi)``, with this thread's scratch."""
+    works = (_field_work(job.plans[0], job.geo), _field_work(job.plans[1], job.geo))
+    for i in range(lo, hi):
+        _fused_sample(i, job, works)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def fused_pairs(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no cover - JIT
+    """Decode and augment A and B of every sample of ``batch``.
+
+    Args:
+        batch: :class:`~ffcv_pairs.kernels.decode.BatchRefs`.
+        mm: The file's bytes (the mapping, or the process cache's slots).
+        outs: ``(out_a, out_b)``, ``(batch, output elements)`` in the output's dtype (uint8,
+            float32, or uint16 holding float16/bfloat16 bits).
+        plan_a, plan_b: :class:`~ffcv_pairs.kernels.decode.FieldPlan` of the stored uint8
+            images (``pixel_bytes``: channels per pixel).
+        geo: :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`, ``out_h``/``out_w`` the
+            output size (crop or not).
+        photo: :class:`~ffcv_pairs.kernels.photometric.PhotometricConfig`.
+        ops: :class:`FusedOps`.
+    """
+    # numba's parallel loop takes arrays and flat named tuples that are arguments, but
+    # not tuples of arrays nor nested named tuples: unpack here, regroup inside the loop.
+    ids, rows, ptr_a, ptr_b = batch
+    out_a, out_b = outs
+    photometric, kind, norm, table, fills, clock, threads = ops
+    n = len(ids)
+    chunks = max(1, min(n, 4 * threads))
+    for t in nb.prange(chunks):
+        job = _Job(
+            BatchRefs(ids, rows, ptr_a, ptr_b),
+            mm,
+            (out_a, out_b),
+            (plan_a, plan_b),
+            geo,
+            photo,
+            FusedOps(photometric, kind, norm, table, fills, clock, threads),
+        )
+        _fused_range(t * n // chunks, (t + 1) * n // chunks, job)
+
+
+@nb.njit(cache=True, nogil=True)
+def fused_pairs_serial(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no cover
+    """:func:`fused_pairs` on one thread (no parallel runtime)."""
+    job = _Job(batch, mm, outs, (plan_a, plan_b), geo, photo, ops)
+    _fused_range(0, len(batch.ids), job)

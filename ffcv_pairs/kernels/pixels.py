@@ -1,0 +1,182 @@
+"""One uint8 image -> its photometric result in the output's dtype, in one vectorised pass.
+
+The photometric definition is in :mod:`~ffcv_pairs.kernels.photometric`; after
+it, optional normalisation ``(q - mean[c]) / std[c]`` (``q``: the photometric
+uint8 result) and the output dtype: uint8, float32, or the bits of float16 or
+bfloat16 (round to nearest even) in a uint16 array. The image is processed in
+chunks of :data:`CHUNK` pixels that stay in L1: the noise of a chunk is drawn
+into a buffer, then two loops with no branch inside (photometric, then output)
+run as SIMD.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numba as nb
+import numpy as np
+
+from .floatbits import bfloat16_bits, float16_bits
+from .noise import noise_block
+from .photometric import draw_pixels, image_mean
+
+__all__ = [
+    "CHUNK",
+    "OUT_BFLOAT16",
+    "OUT_FLOAT16",
+    "OUT_FLOAT32",
+    "OUT_UINT8",
+    "OutputSpec",
+    "PixelWork",
+    "finish_image",
+    "new_pixel_work",
+    "photometric_uint8",
+]
+
+OUT_UINT8, OUT_FLOAT32, OUT_FLOAT16, OUT_BFLOAT16 = 0, 1, 2, 3
+CHUNK = 2048  # pixels per chunk (its buffers, 8 KB each per channel, stay in L1)
+
+
+class OutputSpec(NamedTuple):
+    """What an image becomes: ``kind`` (``OUT_*``); ``norm`` float32 ``(2, channels)``: mean
+    and 1/std (0 and 1: no normalisation); ``table``: the noise table."""
+
+    kind: int
+    norm: np.ndarray
+    table: np.ndarray
+
+
+class PixelWork(NamedTuple):
+    """One thread's chunk buffers (float32, ``CHUNK * pixel`` each)."""
+
+    q: np.ndarray
+    noise: np.ndarray
+    shift: np.ndarray
+    scale: np.ndarray
+
+
+@nb.njit(cache=True, nogil=True)
+def new_pixel_work(lay):  # pragma: no cover - JIT
+    """A :class:`PixelWork` for images of :class:`~ffcv_pairs.kernels.photometric.ChannelLayout`
+    ``lay``."""
+    n = CHUNK * lay.pixel
+    return PixelWork(
+        np.empty(n, np.float32),
+        np.zeros(n, np.float32),
+        np.empty(n, np.float32),
+        np.empty(n, np.float32),
+    )
+
+
+@nb.njit(cache=True, nogil=True)
+def _photometric_chunk(xs, q, noise, draw, offset):  # pragma: no cover - JIT
+    """``q[j]``: the uint8 photometric result of ``xs[j]`` (``q`` uint8, or float32 holding
+    the integer)."""
+    b, c = np.float32(draw.bright), np.float32(draw.contrast)
+    top, zero = np.float32(255.0), np.float32(0.0)
+    if draw.noise_std > 0:
+        for j in range(xs.shape[0]):
+            v = min(b * np.float32(xs[j]), top) * c + offset + noise[j]
+            q[j] = np.int32(min(max(v, zero), top))
+    else:
+        for j in range(xs.shape[0]):
+            v = min(b * np.float32(xs[j]), top) * c + offset
+            q[j] = np.int32(min(max(v, zero), top))
+
+
+@nb.njit(cache=True, nogil=True)
+def _output_plane(q, out, shift, scale, kind):  # pragma: no cover - JIT
+    """``out[j] = (q[j] - shift) * scale`` (one channel: scalars) as float32, or the bits
+    of float16 or bfloat16; ``q``: uint8, or float32 holding integers."""
+    if kind == OUT_FLOAT32:
+        for j in range(q.shape[0]):
+            out[j] = (np.float32(q[j]) - shift) * scale
+    elif kind == OUT_FLOAT16:
+        for j in range(q.shape[0]):
+            out[j] = float16_bits((np.float32(q[j]) - shift) * scale)
+    else:
+        for j in range(q.shape[0]):
+            out[j] = bfloat16_bits((np.float32(q[j]) - shift) * scale)
+
+
+@nb.njit(cache=True, nogil=True)
+def _output_pixels(q, out, shift, scale, kind):  # pragma: no cover - JIT
+    """:func:`_output_plane` with interleaved channels: ``shift``/``scale`` arrays like ``q``."""
+    if kind == OUT_FLOAT32:
+        for j in range(q.shape[0]):
+            out[j] = (np.float32(q[j]) - shift[j]) * scale[j]
+    elif kind == OUT_FLOAT16:
+        for j in range(q.shape[0]):
+            out[j] = float16_bits((np.float32(q[j]) - shift[j]) * scale[j])
+    else:
+        for j in range(q.shape[0]):
+            out[j] = bfloat16_bits((np.float32(q[j]) - shift[j]) * scale[j])
+
+
+@nb.njit(cache=True, nogil=True)
+def _chunk(xs, out, draw, offset, spec, work, channel):  # pragma: no cover - JIT
+    """One chunk: the photometric ops (unless the draw is the identity), then the output;
+    ``channel``: the plane's channel, or -1 (interleaved: constants per element in ``work``)."""
+    n = xs.shape[0]
+    if spec.kind == OUT_UINT8:
+        _photometric_chunk(xs, out, work.noise[:n], draw, offset)
+        return
+    photo = draw.bright != 1.0 or draw.contrast != 1.0 or draw.noise_std > 0
+    if photo:
+        _photometric_chunk(xs, work.q[:n], work.noise[:n], draw, offset)
+    if channel >= 0:
+        shift, scale = spec.norm[0, channel], spec.norm[1, channel]
+        if photo:
+            _output_plane(work.q[:n], out, shift, scale, spec.kind)
+        else:  # the image itself: one pass
+            _output_plane(xs, out, shift, scale, spec.kind)
+    elif photo:
+        _output_pixels(work.q[:n], out, work.shift[:n], work.scale[:n], spec.kind)
+    else:
+        _output_pixels(xs, out, work.shift[:n], work.scale[:n], spec.kind)
+
+
+@nb.njit(cache=True, nogil=True)
+def finish_image(x, dst, lay, draw, mean, spec, work):  # pragma: no cover - JIT
+    """``dst`` (1-d, the output's dtype) from the uint8 image ``x`` (1-d, same length).
+
+    Args:
+        lay: :class:`~ffcv_pairs.kernels.photometric.ChannelLayout` of the image.
+        draw: Its :class:`~ffcv_pairs.kernels.photometric.PixelDraw` (factors 1, no noise:
+            no photometric op).
+        mean: Its contrast mean (see :func:`~ffcv_pairs.kernels.photometric.image_mean`).
+        spec: :class:`OutputSpec`.
+        work: :class:`PixelWork`.
+    """
+    offset = np.float32((1.0 - draw.contrast) * mean + 0.5)
+    std = np.float32(draw.noise_std)
+    p = lay.pixel
+    photo = draw.bright != 1.0 or draw.contrast != 1.0 or draw.noise_std > 0
+    # Buffers are needed for noise, and for a photometric result that is then normalised;
+    # otherwise a plane is one chunk (a call per chunk costs as much as 4 KB of pixels).
+    buffered = draw.noise_std > 0 or (photo and spec.kind != OUT_UINT8) or p > 1
+    chunk = work.q.shape[0] if buffered else lay.plane_size
+    if p > 1 and spec.kind != OUT_UINT8:  # interleaved channels: constants per element
+        for j in range(chunk):
+            work.shift[j], work.scale[j] = spec.norm[0, j % p], spec.norm[1, j % p]
+    for k in range(lay.planes):
+        base = k * lay.plane_size
+        for j0 in range(0, lay.plane_size, chunk):
+            n = min(chunk, lay.plane_size - j0)
+            if draw.noise_std > 0:
+                noise_block(draw.noise_key, base + j0, work.noise[:n], std, spec.table)
+            xs, out = x[base + j0 : base + j0 + n], dst[base + j0 : base + j0 + n]
+            _chunk(xs, out, draw, offset, spec, work, k if p == 1 else -1)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def photometric_uint8(ids, x, cfg, clock, tag, lay, table):  # pragma: no cover - JIT
+    """In place, uint8 images ``x`` ``(batch, elements)``: the photometric ops as a separate
+    CPU op (when A and B have different dtypes; otherwise the decoder fuses them)."""
+    norm = np.zeros((2, lay.planes * lay.pixel), np.float32)
+    norm[1] = 1.0
+    for i in nb.prange(len(ids)):
+        spec = OutputSpec(OUT_UINT8, norm, table)
+        d = draw_pixels(cfg, clock, ids[i], tag)
+        m = image_mean(x[i], lay, d.bright, True) if cfg.contrast > 0 else 0.0
+        finish_image(x[i], x[i], lay, d, m, spec, new_pixel_work(lay))

@@ -1,0 +1,93 @@
+"""What the fused decoder kernel reads for a loader (see :mod:`ffcv_pairs.kernels.fused`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..augment.config import PairAugment
+from ..augment.plan import StagePlan
+from ..format.schema import PairSchema
+from ..kernels.decode import FieldPlan
+from ..kernels.fused import FusedOps
+from ..kernels.geometry import GeometryConfig
+from ..kernels.noise import normal_table
+from ..kernels.photometric import PhotometricConfig
+from ..kernels.pixels import OUT_BFLOAT16, OUT_FLOAT16, OUT_FLOAT32, OUT_UINT8
+
+__all__ = ["FusedConfig", "fused_config", "output_array"]
+
+#: Output dtype name -> (the kernels' OUT_* kind, the buffer's numpy dtype).
+_KINDS: dict[str, tuple[int, np.dtype]] = {
+    "uint8": (OUT_UINT8, np.dtype(np.uint8)),
+    "float32": (OUT_FLOAT32, np.dtype(np.float32)),
+    "float16": (OUT_FLOAT16, np.dtype(np.float16)),
+    "bfloat16": (OUT_BFLOAT16, np.dtype(np.uint16)),  # bits, viewed as bfloat16 later
+}
+
+
+@dataclass(frozen=True)
+class FusedConfig:
+    """The kernel's arguments besides the batch, and what the decoder allocates.
+
+    Attributes:
+        plan_a, plan_b: The stored images.
+        geo, photo: The geometry and photometric configs.
+        ops: The rest (``threads`` is set per batch).
+        shapes: Output shape of A and of B.
+        dtype: The output buffers' dtype (uint16 for bfloat16 bits).
+    """
+
+    plan_a: FieldPlan
+    plan_b: FieldPlan
+    geo: GeometryConfig
+    photo: PhotometricConfig
+    ops: FusedOps
+    shapes: tuple[tuple[int, ...], tuple[int, ...]]
+    dtype: np.dtype
+
+
+def _norm(augment: PairAugment, channels: int) -> np.ndarray:
+    """float32 ``(2, 2, channels)``: per field, the mean and 1/std (0 and 1: none)."""
+    norm = np.zeros((2, 2, channels), dtype=np.float32)
+    norm[:, 1] = 1.0
+    if augment.normalize_mean is not None and augment.normalize_std is not None:
+        norm[:, 0] = np.asarray(augment.normalize_mean, dtype=np.float32)
+        norm[:, 1] = 1.0 / np.asarray(augment.normalize_std, dtype=np.float64)
+    return norm
+
+
+def fused_config(
+    augment: PairAugment, schema: PairSchema, plan: StagePlan, clock: np.ndarray
+) -> FusedConfig:
+    """The :class:`FusedConfig` of ``augment`` on uint8 files of ``schema``."""
+    layouts = augment.layouts(schema)
+    a, b = (layouts[n] for n in schema.IMAGE_FIELDS)
+    plans = [FieldPlan(lay.planes, lay.height, lay.width, lay.pixel) for lay in (a, b)]
+    fills = np.full((2, max(a.pixel, b.pixel)), augment.fill, dtype=np.float64)
+    kind, dtype = _KINDS[plan.output_dtype]
+    ops = FusedOps(
+        photometric=augment.has_photometric,
+        kind=kind,
+        norm=_norm(augment, a.num_channels),
+        table=normal_table(),
+        fills=np.clip(fills, 0, 255).astype(np.uint8),
+        clock=clock,
+        threads=1,
+    )
+    return FusedConfig(
+        plan_a=plans[0],
+        plan_b=plans[1],
+        geo=augment.geometry_config(a),
+        photo=augment.photometric_config(),
+        ops=ops,
+        shapes=(augment.output_shape(a), augment.output_shape(b)),
+        dtype=dtype,
+    )
+
+
+def output_array(out: np.ndarray) -> np.ndarray:
+    """A batch buffer as the kernel writes it: ``(batch, elements)``, float16 as its bits."""
+    flat = out.reshape(out.shape[0], -1)
+    return flat.view(np.uint16) if flat.dtype == np.float16 else flat

@@ -42,33 +42,37 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _tree(pids: list[int]) -> list[psutil.Process]:
+def _tree(roots: list[psutil.Process]) -> list[psutil.Process]:
+    """``roots`` and their descendants; a root whose pid now names another process (it
+    exited and was reaped) is skipped, as psutil compares creation times."""
     out: list[psutil.Process] = []
-    for pid in pids:
+    for root in roots:
         with contextlib.suppress(psutil.Error):
-            root = psutil.Process(pid)
-            out += [root, *root.children(recursive=True)]
+            if root.is_running():
+                out += [root, *root.children(recursive=True)]
     return out
 
 
-def kill_trees(pids: list[int], extra: tuple[psutil.Process, ...] = ()) -> int:
-    """SIGKILL every process under (and including) ``pids``, and ``extra`` (processes
+def kill_trees(roots: list[psutil.Process], extra: tuple[psutil.Process, ...] = ()) -> int:
+    """SIGKILL every process under (and including) ``roots``, and ``extra`` (processes
     seen in the tree earlier: a worker whose rank exited leaves the tree); returns how
     many are still alive (0 when all are gone)."""
     for _ in range(3):
-        procs = _tree(pids) + [p for p in extra if p.is_running()]
+        procs = _tree(roots) + [p for p in extra if p.is_running()]
         if not procs:
             return 0
         for p in procs:
             with contextlib.suppress(psutil.Error):
-                p.kill()
+                p.kill()  # psutil refuses when the pid was reused
         psutil.wait_procs(procs, timeout=5)
-    return len(_tree(pids)) + sum(p.is_running() for p in extra)
+    return len(_tree(roots)) + sum(p.is_running() for p in extra)
 
 
-def _memory(pids: list[int], maps: bool, seen: dict[int, psutil.Process]) -> dict[str, int]:
+def _memory(
+    roots: list[psutil.Process], maps: bool, seen: dict[int, psutil.Process]
+) -> dict[str, int]:
     out = dict.fromkeys(("procs", *_FIELDS), 0)
-    for p in _tree(pids):
+    for p in _tree(roots):
         seen.setdefault(p.pid, p)
         try:
             info = p.memory_full_info()
@@ -86,8 +90,8 @@ def _memory(pids: list[int], maps: bool, seen: dict[int, psutil.Process]) -> dic
 class _Watch:
     """The sampler and the watchdog threads of one row."""
 
-    def __init__(self, pids: list[int], maps: bool, floor: int):
-        self.pids, self.maps, self.floor = pids, maps, floor
+    def __init__(self, roots: list[psutil.Process], maps: bool, floor: int):
+        self.roots, self.maps, self.floor = roots, maps, floor
         self.series: list[tuple[float, dict[str, int]]] = []
         self.seen: dict[int, psutil.Process] = {}
         self.min_available = psutil.virtual_memory().available
@@ -100,7 +104,7 @@ class _Watch:
     def _sample(self) -> None:
         while not self._stop.is_set():
             t = time.perf_counter()
-            m = _memory(self.pids, self.maps, self.seen)
+            m = _memory(self.roots, self.maps, self.seen)
             if m["procs"]:
                 self.series.append((t, m))
             cost = time.perf_counter() - t
@@ -112,7 +116,7 @@ class _Watch:
             self.min_available = min(self.min_available, avail)
             if avail < self.floor:
                 self.tripped = avail
-                kill_trees(self.pids, tuple(self.seen.values()))
+                kill_trees(self.roots, tuple(self.seen.values()))
                 return
             self._stop.wait(0.2)
 
@@ -192,16 +196,16 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
         for r in range(spec.world_size)
     ]
     t0 = time.perf_counter()
-    pids: list[int] = []
-    watch = _Watch(pids, spec.kind == "ours", int(floor_gib * GIB))
+    roots: list[psutil.Process] = []
+    watch = _Watch(roots, spec.kind == "ours", int(floor_gib * GIB))
     try:
         for p in procs:
             p.start()
-            pids.append(p.pid)  # type: ignore[arg-type]
+            roots.append(psutil.Process(p.pid))  # before anything can reap it
         with watch:
             latest, stopped = _gather(results, procs, t0 + start_cap + spec.cap + 10, watch)
     finally:
-        left = kill_trees(pids, tuple(watch.seen.values()))
+        left = kill_trees(roots, tuple(watch.seen.values()))
         for p in procs:
             p.join(timeout=10)
         results.close()

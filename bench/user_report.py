@@ -101,6 +101,14 @@ def _convert(res: dict[str, Any]) -> list[str]:
     ]
     if "progress" in c:
         rows.append(("progress when stopped", c["progress"]))
+    if "fallback_s" in c:
+        rows.append(
+            (
+                "the .beton the rows read",
+                "the writer did not finish: `write_pairs(ArraySource(A, B, labels))` of the same "
+                f"seeded pairs, {c['fallback_s']:.0f} s (not a conversion time)",
+            )
+        )
     return [*out, "| | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows), ""]
 
 
@@ -122,7 +130,7 @@ def _ours(res: dict[str, Any]) -> list[str]:
         "",
     ]
     if not row:
-        return [*out, f"Not run: {res.get('rows_skipped', 'no row')}.", ""]
+        return [*out, "Not run (the run stopped before).", ""]
     m = row["memory"]
     out += [
         f"{cfg['world_size']} spawned ranks joined a gloo process group (as under torchrun); "
@@ -219,7 +227,7 @@ def _user(res: dict[str, Any]) -> list[str]:
             f"{row['load_before']:.1f} | {_result(row)} |"
         )
     if not res.get("rows"):
-        out.append(f"| not run: {res.get('rows_skipped', '')} |" + " |" * 10)
+        out.append("| not run (the run stopped before) |" + " |" * 10)
     return [*out, ""]
 
 

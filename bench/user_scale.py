@@ -35,9 +35,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from .config import BENCH_DIR
 from .memory import MB, TreeSampler
 from .user_data import SourceLayout, check_space, make_source, remove_source, verify_sample
+from .user_node import kill_trees
 
 __all__ = ["UserScaleConfig", "check_user_scale", "run_user_scale"]
 
@@ -68,7 +71,8 @@ class UserScaleConfig:
         floor_gib: A row is stopped when ``MemAvailable`` drops below this.
         gen_workers: Processes making the source (each creates files from 8 threads).
         writer_workers: ``--workers`` of the writer.
-        writer_cap: Seconds after which the writer is stopped (0: 4 x the target's share).
+        writer_cap: Seconds after which the writer is stopped (0: 8 x the target's share of
+            15 min per 3M pairs, at least an hour).
         work: Where the data goes (a folder of its own, deleted afterwards).
         out: Where the report goes.
         date: Report name part.
@@ -121,10 +125,6 @@ class UserScaleConfig:
     @property
     def beton(self) -> Path:
         return self.work / "beton" / "train.beton"
-
-
-def _scaled(value: float, n: int) -> float:
-    return value * FULL / n
 
 
 def _blocks(path: Path) -> int:
@@ -194,10 +194,20 @@ _SUMMARY = re.compile(r"wrote (\S+): (\d+) pairs .* in ([\d.]+) s \(([\d,]+) pai
 _PROGRESS = re.compile(r"(\d+)/(\d+) \[")
 
 
+def _wait(pid: int, deadline: float) -> tuple[int | None, Any]:
+    """``(status, rusage)`` of child ``pid`` once it exits; ``(None, None)`` at the deadline."""
+    while time.perf_counter() < deadline:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return status, usage
+        time.sleep(0.2)
+    return None, None
+
+
 def convert(cfg: UserScaleConfig) -> dict[str, Any]:
     """``writers/write_beton.py SRC OUT --split train --workers W`` as a subprocess, timed,
     its process tree's memory sampled, stopped at the cap."""
-    cap = cfg.writer_cap or max(1200.0, 4 * TARGET_CONVERT_S * cfg.n / FULL)
+    cap = cfg.writer_cap or max(3600.0, 8 * TARGET_CONVERT_S * cfg.n / FULL)
     out_dir = cfg.beton.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(REPO / "writers" / "write_beton.py"), str(cfg.layout.src)]
@@ -206,24 +216,20 @@ def convert(cfg: UserScaleConfig) -> dict[str, Any]:
     res["listing"] = _listing(cfg.layout.src)
     res["import_s"] = _import_s()
     logs = (cfg.work / "writer.out", cfg.work / "writer.err")
+    status: int | None = None
     with open(logs[0], "w") as fo, open(logs[1], "w") as fe:
         t = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, cwd=REPO, env=_env())
-        with TreeSampler(proc.pid) as sampler:
-            while True:
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    proc.returncode = os.waitstatus_to_exitcode(status)
-                    break
-                if time.perf_counter() - t > cap:
-                    from .user_node import kill_trees
-
-                    kill_trees([proc.pid])
-                    pid, status, usage = os.wait4(proc.pid, 0)
-                    proc.returncode = os.waitstatus_to_exitcode(status)
-                    res["stopped"] = f"stopped at the cap of {cap:.0f} s"
-                    break
-                time.sleep(0.2)
+        try:
+            with TreeSampler(proc.pid) as sampler:
+                status, usage = _wait(proc.pid, t + cap)
+        finally:  # the cap, Ctrl-C: stop the writer and its workers (not yet reaped)
+            if status is None:
+                if kill_trees([psutil.Process(proc.pid)]):
+                    log.error("user-scale: the writer (pid %d) did not stop", proc.pid)
+                status, usage = os.wait4(proc.pid, 0)[1:]
+                res["stopped"] = f"stopped at the cap of {cap:.0f} s"
+        proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t
     out, err = (p.read_text(errors="replace") for p in logs)
     res.update(
@@ -238,6 +244,8 @@ def convert(cfg: UserScaleConfig) -> dict[str, Any]:
     if m:
         res["inside_s"] = float(m.group(3))
         res["outside_s"] = wall - res["inside_s"]
+    elif proc.returncode and proc.returncode < 0:
+        res["error"] = f"killed by signal {-proc.returncode}"
     elif proc.returncode:
         res["error"] = (err.strip().splitlines() or ["no output"])[-1][-300:]
     done = _PROGRESS.findall(err.replace("\r", "\n"))
@@ -298,12 +306,30 @@ def _warm_jit(cfg: UserScaleConfig) -> None:
     call_fresh(_first_batches, str(cfg.beton), cfg.global_batch // cfg.world_size, crop)
 
 
+def _beton_from_arrays(cfg: UserScaleConfig) -> None:
+    """The `.beton` the writer would have written, from the seeded pairs themselves."""
+    import numpy as np
+
+    from ffcv_pairs import ArraySource, write_pairs
+
+    from .user_data import CHUNK, make_chunk
+
+    chunks = [make_chunk(cfg.layout, c) for c in range(-(-cfg.n // CHUNK))]
+    a, b, labels = (np.concatenate([c[k] for c in chunks]) for k in range(3))
+    del chunks
+    write_pairs(ArraySource(a, b, labels), cfg.beton, workers=cfg.writer_workers, progress=False)
+
+
 def _train(cfg: UserScaleConfig, res: dict[str, Any]) -> None:
+    from .runner import call_fresh
     from .user_node import run_row
 
     if not cfg.beton.exists():
-        res["rows_skipped"] = "no .beton: the conversion did not finish"
-        return
+        # The rows measure the loader, not the writer: give them the same file.
+        t = time.perf_counter()
+        call_fresh(_beton_from_arrays, cfg, timeout=3600)
+        res["convert"]["fallback_s"] = time.perf_counter() - t
+        log.info("user-scale: .beton written from the arrays instead")
     _warm_jit(cfg)
     rows = res["rows"] = []
     for spec in _rows(cfg):
@@ -317,7 +343,12 @@ def _train(cfg: UserScaleConfig, res: dict[str, Any]) -> None:
 
 def _cleanup(cfg: UserScaleConfig) -> dict[str, Any]:
     t = time.perf_counter()
-    left = remove_source(cfg.layout)
+    log.info("user-scale: deleting %s (interrupting leaves it: rm -rf it)", cfg.work)
+    try:
+        left = remove_source(cfg.layout)
+    except KeyboardInterrupt:
+        log.error("user-scale: deletion interrupted; left %s", cfg.work)
+        raise
     for path in (cfg.beton.parent, cfg.work / "writer.out", cfg.work / "writer.err"):
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
@@ -372,7 +403,6 @@ def run_user_scale(cfg: UserScaleConfig, command: str) -> Path:
         res["convert"] = convert(cfg)
         _train(cfg, res)
     finally:
-        log.info("user-scale: deleting what it wrote")
         res["cleanup"] = _cleanup(cfg)
         if res["cleanup"]["left"]:
             log.error("user-scale: could not delete %s", res["cleanup"]["left"])

@@ -298,23 +298,36 @@ def render_user_report(res: dict[str, Any]) -> str:
 
 def _chart(res: dict[str, Any], path: Path) -> None:
     plt = _plt()
+    from matplotlib.patches import Patch
+
     rows = [r for r in res.get("rows", []) if r["memory"]]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 0.6 * len(rows) + 2))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 0.7 * len(rows) + 2.2))
     names = [r["title"] for r in rows]
     colors = ["tab:green" if r["kind"] == "ours" else "tab:blue" for r in rows]
     rates = [r["rate"] or 0 for r in rows]
     ax1.barh(names, rates, color=colors)
+    for i, rate in enumerate(rates):
+        ax1.text(rate, i, f" {rate:,.0f}", va="center", fontsize=8)
     ax1.set_xscale("log")
-    ax1.set_xlabel("samples/s, node (log scale)")
-    pss = [r["memory"]["peak_mb"]["pss_own" if r["kind"] == "ours" else "pss"] for r in rows]
-    mean = [r["memory"]["mean_mb"]["pss_own" if r["kind"] == "ours" else "pss"] for r in rows]
+    ax1.set_xlabel("samples/s of the node (log scale)")
+    key = ["pss_own" if r["kind"] == "ours" else "pss" for r in rows]
+    pss = [r["memory"]["peak_mb"][k] for r, k in zip(rows, key)]
+    mean = [r["memory"]["mean_mb"][k] for r, k in zip(rows, key)]
     y = range(len(rows))
-    ax2.barh([i + 0.2 for i in y], pss, 0.4, label="PSS Σ peak", color=colors)
-    ax2.barh([i - 0.2 for i in y], mean, 0.4, label="PSS Σ mean", color="tab:gray")
+    ax2.barh([i + 0.2 for i in y], pss, 0.4, color=colors)
+    ax2.barh([i - 0.2 for i in y], mean, 0.4, color="tab:gray")
+    for i, v in enumerate(pss):
+        ax2.text(v, i + 0.2, f" {v:,.0f}", va="center", fontsize=8)
     ax2.set_yticks(list(y), [""] * len(rows))
-    ax2.set_xlabel("MiB, all processes of the node (ffcv-pairs: without mapped .beton)")
-    ax2.legend()
-    fig.suptitle(f"{res['config']['n']:,} pairs, {res['date']}")
+    ax2.set_xlabel("PSS summed over the node's processes, MiB")
+    ax2.legend(
+        handles=[Patch(color="tab:blue", label="peak"), Patch(color="tab:gray", label="mean")],
+        loc="lower right",
+    )
+    fig.suptitle(
+        f"{res['config']['n']:,} pairs, {res['date']} (ffcv-pairs in green; its PSS without "
+        "the mapped .beton)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

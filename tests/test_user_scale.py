@@ -73,6 +73,48 @@ def test_refuses_when_disk_is_short(tmp_path: Path) -> None:
     assert not (tmp_path / "w").exists()
 
 
+def test_memory_floor_stops_the_row_and_kills_every_process(tmp_path: Path) -> None:
+    """A floor above all of the machine's memory: the watchdog fires at once, the row is
+    reported as stopped by memory and no process of it is left."""
+    import psutil
+
+    from bench.user_data import SourceLayout, make_source
+    from bench.user_node import run_row
+    from bench.user_ranks import RowSpec
+
+    layout = SourceLayout(4096, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
+    make_source(layout, workers=1)
+    spec = RowSpec(
+        kind="lists",
+        title="lists",
+        world_size=2,
+        batch_size=8,
+        workers=2,
+        n=layout.n,
+        pack_size=1000,
+        beton="",
+        src=str(layout.src),
+        packs=str(layout.packs),
+        crop=(4, 4),
+        crop_padding=0,
+        seed=0,
+        time_box=600.0,
+        cap=900.0,
+    )
+
+    def ours() -> set[int]:  # children of this test, but multiprocessing's resource tracker
+        kids = psutil.Process().children(recursive=True)
+        return {p.pid for p in kids if "resource_tracker" not in " ".join(p.cmdline())}
+
+    before = ours()
+    total = psutil.virtual_memory().total / (1 << 30)
+    row = run_row(spec, floor_gib=total + 1, start_cap=300.0)
+    assert row["stopped"] == "memory"
+    assert row["tripped_gib"] is not None and row["left_alive"] == 0
+    assert not any(r.get("done") for r in row["ranks"])
+    assert ours() <= before
+
+
 @pytest.mark.slow
 def test_user_scale_writes_every_section_and_cleans_up(tmp_path: Path) -> None:
     """The whole harness, small: 4096 pairs, 1 s per row, 2 and 1 workers per rank

@@ -148,8 +148,17 @@ def _summary(series: list[tuple[float, dict[str, int]]], since: float | None) ->
     return {"peak_mb": peak, "mean_mb": mean, "samples": len(series), "last_pss_mb": last}
 
 
+def _alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie. (``multiprocessing``'s ``is_alive()`` stays True for a
+    child that psutil reaped after killing it.)"""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _gather(
-    results: Any, procs: list[Any], deadline: float, watch: _Watch
+    results: Any, roots: list[psutil.Process], deadline: float, watch: _Watch
 ) -> tuple[dict, str | None]:
     """The last counters of every rank, until all finished (or died), the watchdog fired or
     the deadline passed; and why it stopped early (``None``: it did not)."""
@@ -160,15 +169,14 @@ def _gather(
             while True:
                 msg = results.get(timeout=0.25)
                 latest[msg["rank"]] = msg
-        for r, p in enumerate(procs):
+        for r, root in enumerate(roots):
             final = latest.get(r, {}).get("done") or "error" in latest.get(r, {})
             if not final and r in dead:  # dead, and the queue drained once since
-                latest.setdefault(r, {"rank": r})["error"] = f"rank exited ({p.exitcode})"
-            elif not final and not p.is_alive():
+                latest.setdefault(r, {"rank": r})["error"] = "rank exited without an answer"
+            elif not final and not _alive(root):
                 dead.add(r)
-        if all(st.get("done") or "error" in st for st in latest.values()) and len(latest) == len(
-            procs
-        ):
+        finished = [st for st in latest.values() if st.get("done") or "error" in st]
+        if len(finished) == len(roots):
             return latest, None
         if watch.tripped is not None:
             return latest, "memory"
@@ -203,7 +211,7 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
             p.start()
             roots.append(psutil.Process(p.pid))  # before anything can reap it
         with watch:
-            latest, stopped = _gather(results, procs, t0 + start_cap + spec.cap + 10, watch)
+            latest, stopped = _gather(results, roots, t0 + start_cap + spec.cap + 10, watch)
     finally:
         left = kill_trees(roots, tuple(watch.seen.values()))
         for p in procs:

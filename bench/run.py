@@ -90,6 +90,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--larger-than-ram", action="store_true", help="file of 1.3x RAM, 2 epochs")
     p.add_argument("--larger-than-ram-gib", type=float, help="override its size (a short check)")
     p.add_argument("--render", type=Path, help="re-write md/png from a results .json, exit")
+    p.add_argument(
+        "--user-scale",
+        type=int,
+        nargs="?",
+        const=3_000_000,
+        metavar="N",
+        help="only the user's day at full scale: N per-sample .pt pairs (default 3,000,000), "
+        "convert, train; writes results/user-scale-<date>.md (see bench/user_scale.py)",
+    )
+    p.add_argument(
+        "--user-seconds", type=float, default=60.0, help="time box of each --user-scale row"
+    )
     return p.parse_args(argv)
 
 
@@ -248,6 +260,22 @@ def _big(args: argparse.Namespace) -> int:
     return 0
 
 
+def _user_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from bench.user_scale import UserScaleConfig, check_user_scale, run_user_scale
+
+    changes = {k: getattr(args, k) for k in ("out", "work", "seed") if getattr(args, k) is not None}
+    date = args.date or datetime.date.today().isoformat()
+    try:
+        cfg = UserScaleConfig(n=args.user_scale, time_box=args.user_seconds, date=date, **changes)
+        check_user_scale(cfg)
+    except ValueError as e:
+        sys.stderr.write(f"bench: {e}\n")
+        return 2
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    sys.stdout.write(f"{run_user_scale(cfg, command.strip())}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so that contestant processes are stopped.
@@ -257,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.render:
         return _render(args.render, args.out)
+    if args.user_scale is not None:
+        return _user_scale(args, argv)
     if args.setup_extras:
         from bench.extras import setup_extras
 

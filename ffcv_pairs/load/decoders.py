@@ -125,11 +125,7 @@ class PairDecoder(Operation):
 
         def decode(indices, destination, metadata, storage_state):
             out_a, out_b = destination
-            mm, ptrs_a, ptrs_b, rows = storage_state[0], metadata, ptr_b, indices
-            if len(storage_state) == 4:  # process cache: pages sit in private slots
-                mm, ptrs_a, ptrs_b, rows = _slot_pointers(
-                    indices, metadata, ptr_b, storage_state, shift
-                )
+            mm, batch = _batch_refs(indices, metadata, ptr_b, storage_state, shift)
             # numba's thread count is per thread: this epoch thread's, set from its
             # loader's num_threads (upstream's Compiler.num_threads is process-wide).
             kernel = decode_pairs if nb.get_num_threads() > 1 else decode_pairs_serial
@@ -137,7 +133,6 @@ class PairDecoder(Operation):
                 planes_view(out_a, fa.out_planes, fa.out_height),
                 planes_view(out_b, fb.out_planes, fb.out_height),
             )
-            batch = BatchRefs(indices, rows, ptrs_a, ptrs_b)
             kernel(batch, mm, outs, plan_a, plan_b, fills, geo, clock)
             return out_a, out_b
 
@@ -149,13 +144,8 @@ class PairDecoder(Operation):
 
         def decode(indices, destination, metadata, storage_state):
             out_a, out_b = destination
-            mm, ptrs_a, ptrs_b, rows = storage_state[0], metadata, ptr_b, indices
-            if len(storage_state) == 4:  # process cache: pages sit in private slots
-                mm, ptrs_a, ptrs_b, rows = _slot_pointers(
-                    indices, metadata, ptr_b, storage_state, shift
-                )
+            mm, batch = _batch_refs(indices, metadata, ptr_b, storage_state, shift)
             outs = (output_array(out_a), output_array(out_b))
-            batch = BatchRefs(indices, rows, ptrs_a, ptrs_b)
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
             kernel = fused_pairs if threads > 1 else fused_pairs_serial
@@ -163,6 +153,15 @@ class PairDecoder(Operation):
             return out_a, out_b
 
         return decode
+
+
+def _batch_refs(indices, ptr_a, ptr_b, storage_state, shift):
+    """The bytes to read from and where each sample's images start in them: the file's
+    mapping and its pointers, or (process cache) the private page slots."""
+    if len(storage_state) == 4:  # process cache: pages sit in private slots
+        mm, ptrs_a, ptrs_b, rows = _slot_pointers(indices, ptr_a, ptr_b, storage_state, shift)
+        return mm, BatchRefs(indices, rows, ptrs_a, ptrs_b)
+    return storage_state[0], BatchRefs(indices, indices, ptr_a, ptr_b)
 
 
 def _slot_pointers(indices, ptr_a, ptr_b, storage_state, shift):

@@ -13,7 +13,7 @@ Steps (each one's numbers go into ``bench/results/user-scale-<date>.md``, its
    files, and the same pairs as packs of 1000 (:mod:`bench.user_data`; not timed);
 2. ``writers/write_beton.py SRC OUT --split train --workers 2`` as a subprocess:
    wall time, pairs/s, peak RSS of its process tree, the time an ``os.scandir`` of
-   the folder takes;
+   the folder takes (:mod:`bench.user_convert`);
 3. ffcv-pairs on 4 simulated ranks (gloo), global batch 1024, quasi-random with
    ``PairAugment(hflip=0.5, crop=(16, 16), crop_padding=2)``;
 4. the user's setups on the same files, each time-boxed (:mod:`bench.user_node`);
@@ -26,28 +26,21 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from .config import BENCH_DIR
-from .memory import MB, TreeSampler
+from .user_convert import convert
 from .user_data import SourceLayout, check_space, make_source, remove_source, verify_sample
-from .user_node import kill_trees
+from .user_targets import FULL
 
 __all__ = ["UserScaleConfig", "check_user_scale", "run_user_scale"]
 
 log = logging.getLogger(__name__)
 
-REPO = BENCH_DIR.parent
-FULL = 3_000_000
 TARGET_CONVERT_S = 15 * 60.0
 
 
@@ -155,13 +148,6 @@ def _source(cfg: UserScaleConfig) -> dict[str, Any]:
     }
 
 
-def _listing(src: Path) -> dict[str, Any]:
-    t = time.perf_counter()
-    with os.scandir(src) as it:
-        count = sum(1 for _ in it)
-    return {"seconds": time.perf_counter() - t, "entries": count}
-
-
 def _load_rate(src: Path, count: int = 3000) -> float:
     """``torch.load`` calls per second of one process on the source files (warm cache)."""
     import torch
@@ -175,83 +161,6 @@ def _load_rate(src: Path, count: int = 3000) -> float:
     for name in names:
         torch.load(name, weights_only=True)
     return len(names) / (time.perf_counter() - t)
-
-
-def _import_s() -> float:
-    """Seconds a fresh interpreter takes to import what the writer's command imports."""
-    code = "import torch, ffcv_pairs.cli, ffcv_pairs.writer, ffcv_pairs.sources"
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, env=_env(), cwd=REPO)
-    return time.perf_counter() - t
-
-
-def _env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path}
-
-
-_SUMMARY = re.compile(r"wrote (\S+): (\d+) pairs .* in ([\d.]+) s \(([\d,]+) pairs/s\)")
-_PROGRESS = re.compile(r"(\d+)/(\d+) \[")
-
-
-def _wait(pid: int, deadline: float) -> tuple[int | None, Any]:
-    """``(status, rusage)`` of child ``pid`` once it exits; ``(None, None)`` at the deadline."""
-    while time.perf_counter() < deadline:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            return status, usage
-        time.sleep(0.2)
-    return None, None
-
-
-def convert(cfg: UserScaleConfig) -> dict[str, Any]:
-    """``writers/write_beton.py SRC OUT --split train --workers W`` as a subprocess, timed,
-    its process tree's memory sampled, stopped at the cap."""
-    cap = cfg.writer_cap or max(3600.0, 8 * TARGET_CONVERT_S * cfg.n / FULL)
-    out_dir = cfg.beton.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(REPO / "writers" / "write_beton.py"), str(cfg.layout.src)]
-    cmd += [str(out_dir), "--split", "train", "--workers", str(cfg.writer_workers)]
-    res: dict[str, Any] = {"command": " ".join(["writers/write_beton.py", *cmd[2:]]), "cap_s": cap}
-    res["listing"] = _listing(cfg.layout.src)
-    res["import_s"] = _import_s()
-    logs = (cfg.work / "writer.out", cfg.work / "writer.err")
-    status: int | None = None
-    with open(logs[0], "w") as fo, open(logs[1], "w") as fe:
-        t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, cwd=REPO, env=_env())
-        try:
-            with TreeSampler(proc.pid) as sampler:
-                status, usage = _wait(proc.pid, t + cap)
-        finally:  # the cap, Ctrl-C: stop the writer and its workers (not yet reaped)
-            if status is None:
-                if kill_trees([psutil.Process(proc.pid)]):
-                    log.error("user-scale: the writer (pid %d) did not stop", proc.pid)
-                status, usage = os.wait4(proc.pid, 0)[1:]
-                res["stopped"] = f"stopped at the cap of {cap:.0f} s"
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - t
-    out, err = (p.read_text(errors="replace") for p in logs)
-    res.update(
-        wall_s=wall,
-        rate=cfg.n / wall,
-        returncode=proc.returncode,
-        maxrss_mb=usage.ru_maxrss * 1024 / MB,  # the writer or its largest reaped worker
-        tree=sampler.peaks.to_mb(),
-        beton_bytes=cfg.beton.stat().st_size if cfg.beton.exists() else None,
-    )
-    m = _SUMMARY.search(out)
-    if m:
-        res["inside_s"] = float(m.group(3))
-        res["outside_s"] = wall - res["inside_s"]
-    elif proc.returncode and proc.returncode < 0:
-        res["error"] = f"killed by signal {-proc.returncode}"
-    elif proc.returncode:
-        res["error"] = (err.strip().splitlines() or ["no output"])[-1][-300:]
-    done = _PROGRESS.findall(err.replace("\r", "\n"))
-    if done and "inside_s" not in res:
-        res["progress"] = f"{int(done[-1][0]):,} of {int(done[-1][1]):,} pairs"
-    return res
 
 
 def _rows(cfg: UserScaleConfig) -> list[Any]:
@@ -400,7 +309,8 @@ def run_user_scale(cfg: UserScaleConfig, command: str) -> Path:
         res["source"] = _source(cfg)
         res["source"]["load_per_s"] = _load_rate(layout.src)
         log.info("user-scale: converting")
-        res["convert"] = convert(cfg)
+        cap = cfg.writer_cap or max(3600.0, 8 * TARGET_CONVERT_S * cfg.n / FULL)
+        res["convert"] = convert(layout.src, cfg.beton, cfg.n, cfg.writer_workers, cap)
         _train(cfg, res)
     finally:
         res["cleanup"] = _cleanup(cfg)

@@ -260,11 +260,18 @@ def test_fuzz_corrupt_headers_and_tables(
 # -- RAM budget -------------------------------------------------------------------------
 
 BUDGET_SCRIPT = """
-import json, sys
+import gc, json, sys
 from ffcv_pairs import make_loader, PairAugment
 from ffcv_pairs.load.budget import process_bytes
 cfg = json.loads(sys.argv[2])
 aug = PairAugment(**cfg.pop("augment")) if "augment" in cfg else None
+# Compile (or load from numba's cache) the kernels first: in a fresh checkout the first
+# batch would otherwise add the compiler's memory, which is not the loader's.
+warm = make_loader(sys.argv[1], augment=aug, num_threads=2, **cfg)
+next(iter(warm))
+warm.close()
+del warm
+gc.collect()
 loader = make_loader(sys.argv[1], augment=aug, num_threads=2, **cfg)
 est = loader.memory_estimate
 for _ in range(2):

@@ -241,3 +241,48 @@ def test_layout_is_checked_not_only_the_bytes(tmp_path: Path) -> None:
     assert "contiguous" in template.reason
     torch.save(_random((3, 4, 5), torch.uint8, seed=3).transpose(1, 2), tmp_path / "x_1.pt")
     _assert_bit_equal(read_tensor(tmp_path / "x_1.pt", template), _expected(tmp_path / "x_1.pt"))
+
+
+def test_skeletons_skip_the_parse_and_stay_bit_exact(tmp_path: Path, monkeypatch) -> None:
+    """Files of one name length repeat one skeleton: only the first of each is parsed."""
+    import ffcv_pairs.write.ptfile as ptfile
+
+    parsed = []
+    full = ptfile._parsed
+    monkeypatch.setattr(
+        ptfile, "_parsed", lambda buf, t, where: parsed.append(where) or full(buf, t, where)
+    )
+    ids = [0, 1, 2, 9, 10, 11, 99, 100, 101]  # top folders of 16, 17 and 18 bytes
+    for i in ids:
+        torch.save(_random((3, 8, 6), torch.uint8, seed=i), tmp_path / f"train_A_images_{i}.pt")
+    template = learn_template(tmp_path / "train_A_images_0.pt")
+    for i in ids:
+        p = tmp_path / f"train_A_images_{i}.pt"
+        _assert_bit_equal(read_tensor(p, template), _expected(p))
+    assert len(template.skeletons) == 3
+    assert [Path(w).name for w in parsed] == [f"train_A_images_{i}.pt" for i in (0, 10, 100)]
+    assert (template.fast_reads, template.fallback_reads) == (len(ids), 0)
+
+
+@pytest.mark.parametrize("rename", ["one entry's folder", "a slash in the folder"])
+def test_a_skeleton_checks_the_folder_names(tmp_path: Path, rename: str) -> None:
+    """Same length, same bytes but for the folder names: only torch.load may decide."""
+    for i in (0, 1):
+        torch.save(_random((3, 8, 6), torch.uint8, seed=i), tmp_path / f"train_A_images_{i}.pt")
+    template = learn_template(tmp_path / "train_A_images_0.pt")
+    assert len(template.skeletons) == 1
+    path = tmp_path / "train_A_images_1.pt"
+    raw = path.read_bytes()
+    if rename == "one entry's folder":  # the storage entry, in its local and central header
+        raw = raw.replace(b"train_A_images_1/data/0", b"train_A_images_2/data/0")
+    else:
+        raw = raw.replace(b"train_A_images_1/", b"train/A_images_1/")
+    path.write_bytes(raw)
+    try:
+        want = _expected(path)
+    except Exception:  # torch cannot find its records: the fast path must not find them either
+        with pytest.raises(ValueError, match=r"train_A_images_1\.pt: not a readable"):
+            read_tensor(path, template)
+    else:
+        _assert_bit_equal(read_tensor(path, template), want)
+    assert (template.fast_reads, template.fallback_reads) == (0, 1)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import mmap
 import os
 import signal
 from dataclasses import dataclass, field
@@ -121,15 +123,55 @@ class TaskResult(NamedTuple):
 
 _JOB: Job | None = None
 _FD: int | None = None
+_DIRECT: int | None = None  # an O_DIRECT descriptor for whole pages, when the file system has it
 _PAGE: np.ndarray | None = None
 
 
 def set_job(job: Job | None) -> None:
     """Install the job before the workers fork (or run tasks in-process); None clears it."""
-    global _JOB, _FD, _PAGE
-    if _FD is not None:
-        os.close(_FD)
-    _JOB, _FD, _PAGE = job, None, None
+    global _JOB, _FD, _DIRECT, _PAGE
+    for fd in (_FD, _DIRECT):
+        if fd is not None:
+            os.close(fd)
+    _JOB, _FD, _DIRECT, _PAGE = job, None, None, None
+
+
+def _open_direct(path: Path) -> int | None:
+    """``path`` opened for ``O_DIRECT`` writes, or None where that is not offered (tmpfs).
+
+    Whole pages go to storage without passing through the page cache: on a VM, filling
+    fresh page-cache pages runs at a fifth of the speed (measured: 0.45 vs 2.1 GB/s), and
+    at the user's scale a buffered writer would evict every other cached file. Small
+    writes (metadata rows, the parts of shared pages) stay buffered; Linux keeps the two
+    coherent, and they never share a 4 KiB block (pages are page-aligned).
+    """
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return None
+    try:
+        return os.open(path, os.O_WRONLY | flag)
+    except OSError:
+        return None
+
+
+def _write_page(fd: int, buf: np.ndarray, offset: int) -> None:
+    """A whole page at ``offset``: through the ``O_DIRECT`` descriptor when there is one."""
+    global _DIRECT
+    if _DIRECT is not None:
+        try:
+            pwrite_all(_DIRECT, buf, offset)
+            return
+        except OSError as e:
+            if e.errno != errno.EINVAL:  # EINVAL: the file system refuses direct writes
+                raise
+            os.close(_DIRECT)
+            _DIRECT = None
+    pwrite_all(fd, buf, offset)
+
+
+def _aligned_page(size: int) -> np.ndarray:
+    """A zeroed page buffer aligned to the memory page, as ``O_DIRECT`` needs."""
+    return np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
 
 
 def worker_init() -> None:
@@ -196,7 +238,7 @@ def _write_pages(job: Job, fd: int, buf: np.ndarray, p0: int, p1: int) -> TaskRe
     for page in range(p0, p1):
         hook("page", page)
         labels = _gather(job, page, buf)
-        pwrite_all(fd, buf, layout.data_start + page * layout.page_size)
+        _write_page(fd, buf, layout.data_start + page * layout.page_size)
         start, _ = layout.page_samples(page)
         rows = layout.metadata_rows(start, labels)
         pwrite_all(fd, rows, layout.metadata_start + start * rows.itemsize)
@@ -223,7 +265,7 @@ def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult
         at = layout.data_start + page * layout.page_size
         if job.order is None and start >= s0 and stop <= s1:  # ours alone: write, digest
             buf[(stop - start) * sb :] = 0
-            pwrite_all(fd, buf, at)
+            _write_page(fd, buf, at)
             d = block_digest(buf.data)
             done.append((page, d.crc32, d.sha256))
         else:
@@ -258,13 +300,14 @@ def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult
 
 def run_task(task: tuple[str, int, int]) -> TaskResult:
     """Run one task of the installed job (in a worker, or in-process)."""
-    global _FD, _PAGE
+    global _FD, _DIRECT, _PAGE
     job = _JOB
     assert job is not None, "no job installed"
     if _FD is None:
         _FD = os.open(job.partial, os.O_WRONLY)
+        _DIRECT = _open_direct(job.partial)
     if _PAGE is None:
-        _PAGE = np.zeros(job.layout.page_size, dtype=np.uint8)
+        _PAGE = _aligned_page(job.layout.page_size)
     kind, lo, hi = task
     before = job.source.read_stats()
     if kind == "pages":

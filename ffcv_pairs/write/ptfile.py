@@ -24,13 +24,16 @@ entries, the legacy non-zip format, a damaged archive) goes to ``torch.load``.
 from __future__ import annotations
 
 import io
+import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from .ptskeleton import Skeleton, learn_skeleton, skeleton_key
 
 __all__ = [
     "PtTemplate",
@@ -49,6 +52,7 @@ _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # local file header, 30 bytes
 _ZIP_MAGIC = b"PK\x03\x04"
 _UNSET = 0xFFFFFFFF  # a 32-bit field whose value lives in a zip64 record
 _IGNORED = ".data/serialization_id"  # differs between files; torch.load never reads it
+_MAX_SKELETONS = 32  # one per name length (unpadded indices: 7 at 3M files) and then some
 
 
 def read_zip_entries(buf: bytes | memoryview, where: str) -> dict[str, tuple[int, int]] | None:
@@ -154,6 +158,9 @@ class PtTemplate:
         nbytes: byte length of the tensor (and of its storage).
         fast_reads: files read by the fast path so far.
         fallback_reads: files read by ``torch.load`` so far.
+        skeletons: per :func:`~ffcv_pairs.write.ptskeleton.skeleton_key`, what files
+            that passed the full check repeat (later files of that key skip the parse).
+        size_hint: the largest file read so far (one ``read()`` call fetches that).
     """
 
     dtype: np.dtype[Any]
@@ -165,6 +172,8 @@ class PtTemplate:
     nbytes: int = 0
     fast_reads: int = 0
     fallback_reads: int = 0
+    skeletons: dict[tuple[int, bytes], Skeleton] = field(default_factory=dict)
+    size_hint: int = 1 << 16
 
 
 def _by_suffix(entries: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]] | None:
@@ -206,8 +215,57 @@ def _read(path: str | Path) -> bytes:
         return f.read()
 
 
+def _read_hinted(path: str | Path, template: PtTemplate) -> bytes:
+    """The whole file in one ``read()`` when it is no larger than the largest so far."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = os.read(fd, template.size_hint + 1)
+        if len(buf) <= template.size_hint:
+            return buf
+        parts = [buf]
+        while chunk := os.read(fd, 1 << 20):
+            parts.append(chunk)
+        buf = b"".join(parts)
+        template.size_hint = len(buf)
+        return buf
+    finally:
+        os.close(fd)
+
+
 def _fast(buf: bytes, template: PtTemplate, where: str) -> np.ndarray | None:
-    """The tensor as a read-only view of ``buf``, or None when ``torch.load`` must decide."""
+    """The tensor as a read-only view of ``buf``, or None when ``torch.load`` must decide.
+
+    A file that repeats a learned skeleton is taken at once; any other is parsed and
+    checked in full, and (when it passes) teaches the skeleton of its key.
+    """
+    key = skeleton_key(buf)
+    skeleton = template.skeletons.get(key)
+    if skeleton is not None and skeleton.matches(buf):
+        start = skeleton.storage_start
+    else:
+        found = _parsed(buf, template, where)
+        if found is None:
+            return None
+        start = found[template.storage][0]
+        if skeleton is None and len(template.skeletons) < _MAX_SKELETONS:
+            count, _, cd_offset = _directory(buf, where)
+            top_len = len(_top(buf))
+            variable = frozenset((template.storage, _IGNORED))
+            template.skeletons[key] = learn_skeleton(
+                buf, (count, cd_offset), top_len, variable, start
+            )
+    count = template.nbytes // template.dtype.itemsize
+    return np.frombuffer(buf, template.dtype, count, start).reshape(template.shape)
+
+
+def _top(buf: bytes) -> bytes:
+    """The top folder name of an archive whose entries all share one (checked before)."""
+    (nlen,) = struct.unpack_from("<H", buf, 26)
+    return buf[_LOCAL.size : _LOCAL.size + nlen].partition(b"/")[0]
+
+
+def _parsed(buf: bytes, template: PtTemplate, where: str) -> dict[str, tuple[int, int]] | None:
+    """Entries by suffix when the zip directory walk finds ``template``'s records, else None."""
     if buf[:4] != _ZIP_MAGIC:
         return None
     try:
@@ -221,11 +279,9 @@ def _fast(buf: bytes, template: PtTemplate, where: str) -> np.ndarray | None:
         start, size = found[suffix]
         if size != len(want) or buf[start : start + size] != want:
             return None
-    start, size = found[template.storage]
-    if size != template.nbytes:
+    if found[template.storage][1] != template.nbytes:
         return None
-    count = template.nbytes // template.dtype.itemsize
-    return np.frombuffer(buf, template.dtype, count, start).reshape(template.shape)
+    return found
 
 
 def _layout_problem(t: torch.Tensor, found: dict[str, tuple[int, int]]) -> tuple[str, str]:
@@ -290,7 +346,7 @@ def read_tensor(path: str | Path, template: PtTemplate) -> np.ndarray:
             something else than one tensor.
     """
     where = str(path)
-    buf = _read(path)
+    buf = _read_hinted(path, template)
     arr = _fast(buf, template, where) if not template.reason else None
     if arr is not None:
         template.fast_reads += 1

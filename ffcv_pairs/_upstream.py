@@ -15,9 +15,21 @@ process (every rank) twice, for an image field this project never reads:
 And ``ffcv/pipeline/compiler.py`` sets torch's and numba's thread counts to 1
 on import, in the importing thread: both are put back as they were, so
 ``import ffcv_pairs`` changes neither. (The loader's epoch threads set their
-own counts, which are per thread.)
+own counts, which are per thread.) Without effect when ffcv was imported before
+ffcv_pairs.
 
-Without effect when ffcv was imported before ffcv_pairs.
+Upstream's memory managers build their state types by *mutating* numba's
+interned array types (``t = nb.uint8[::1]; t.mutable = False`` in
+``OSCacheManager.state_type`` and ``ProcessCacheManager.state_type``). Those are
+the very objects every jitted function of the process uses for ``uint8[::1]``
+(and ``uint8[:, ::1]``, ``uint64[::1]``, ``uint32[::1]``), so constructing an
+upstream ``Loader`` changes their hash while they are keys of numba's overload
+tables: the next compile of a kernel that had such an argument fails with a
+``KeyError`` from a corrupted ``OrderedDict`` (and ``uint8[::1]`` means
+read-only from then on). :func:`stop_type_mutation` points those two modules'
+``nb`` at a view of numba whose ``uint8[...]`` (and so on) are read-only copies,
+which is what upstream meant: setting ``mutable = False`` on them changes
+nothing. This applies whether ffcv was imported first or not.
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["LazyModule", "import_ffcv"]
+__all__ = ["LazyModule", "import_ffcv", "stop_type_mutation"]
 
 
 class LazyModule(types.ModuleType):
@@ -43,6 +55,42 @@ class LazyModule(types.ModuleType):
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), attr)
+
+
+class _ReadonlyArrays:
+    """``dtype[index]`` as a new read-only array type; the interned one is left alone."""
+
+    def __init__(self, dtype: Any):
+        self.dtype = dtype
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dtype[index].copy(readonly=True)
+
+
+class _NumbaView(types.ModuleType):
+    """numba, but with some dtypes whose array types come out read-only."""
+
+    def __init__(self, name: str, readonly: tuple[str, ...]):
+        super().__init__(name)
+        import numba
+
+        self._numba = numba
+        for dtype in readonly:
+            setattr(self, dtype, _ReadonlyArrays(getattr(numba, dtype)))
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._numba, attr)
+
+
+def stop_type_mutation() -> None:
+    """Keep upstream's memory managers from mutating numba's interned array types."""
+    from ffcv.memory_managers import os_cache
+    from ffcv.memory_managers.process_cache import manager
+
+    # os_cache uses nb.uint64 as a scalar type too; it never mutates uint64 arrays.
+    for module, readonly in ((os_cache, ("uint8",)), (manager, ("uint8", "uint64", "uint32"))):
+        if not isinstance(module.nb, _NumbaView):
+            module.nb = _NumbaView("numba", readonly)
 
 
 def import_ffcv() -> None:
@@ -70,3 +118,4 @@ def import_ffcv() -> None:
 
 
 import_ffcv()
+stop_type_mutation()

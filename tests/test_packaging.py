@@ -6,6 +6,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).parents[1]
@@ -77,3 +78,43 @@ def test_upstream_import_is_lean_and_still_works() -> None:
             timeout=120,
         )
         assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+UPSTREAM_LOADER_BESIDE_KERNELS = """
+import sys
+if sys.argv[1] == "ffcv-first":
+    import ffcv.loader  # noqa: F401  (upstream imported before ffcv_pairs: still guarded)
+import numba as nb, numpy as np
+import ffcv_pairs  # noqa: F401
+from ffcv.memory_managers import OSCacheManager, ProcessCacheManager
+
+@nb.njit
+def total(x, k):
+    return x.sum() + k
+
+canon = [nb.uint8[::1], nb.uint8[:, ::1], nb.uint64[::1], nb.uint32[::1]]
+hashes = [hash(t) for t in canon]
+total(np.zeros(4, np.uint8), 1)  # uint8[::1] is now a key of total's overload table
+# what building an upstream Loader does (upstream's os_cache/process-cache state types)
+OSCacheManager.state_type.fget(None)
+ProcessCacheManager.state_type.fget(None)
+total(np.zeros(4, np.uint8), 1.5)  # a new overload: typing lists the table's signatures
+assert [hash(t) for t in canon] == hashes and all(t.mutable for t in canon), canon
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("order", ["ffcv_pairs-first", "ffcv-first"])
+def test_an_upstream_loader_leaves_numba_types_alone(order: str) -> None:
+    """Upstream's state types mutate numba's interned array types (their hash changes while
+    they key every dispatcher's overloads: a later compile fails with a KeyError)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", UPSTREAM_LOADER_BESIDE_KERNELS, order],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -26,7 +26,7 @@ from .config import BENCH_DIR
 from .memory import MB, TreeSampler
 from .user_node import kill_trees
 
-__all__ = ["convert", "listing"]
+__all__ = ["SUMMARY", "WRITER_IMPORTS", "convert", "listing"]
 
 REPO = BENCH_DIR.parent
 
@@ -40,11 +40,13 @@ def listing(src: Path) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t, "entries": count}
 
 
+WRITER_IMPORTS = "import torch, ffcv_pairs.cli, ffcv_pairs.write.writer, ffcv_pairs.write.sources"
+
+
 def _import_s() -> float:
     """Seconds a fresh interpreter takes to import what the writer's command imports."""
-    code = "import torch, ffcv_pairs.cli, ffcv_pairs.writer, ffcv_pairs.sources"
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, env=_env(), cwd=REPO)
+    subprocess.run([sys.executable, "-c", WRITER_IMPORTS], check=True, env=_env(), cwd=REPO)
     return time.perf_counter() - t
 
 
@@ -53,7 +55,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-_SUMMARY = re.compile(r"wrote (\S+): (\d+) pairs .* in ([\d.]+) s \(([\d,]+) pairs/s\)")
+SUMMARY = re.compile(r"wrote (\S+): (\d+) pairs .* in ([\d.]+) s \(([\d,]+) pairs/s[,)]")
 _PROGRESS = re.compile(r"(\d+)/(\d+) \[")
 
 
@@ -115,7 +117,7 @@ def convert(src: Path, beton: Path, n: int, workers: int, cap: float) -> dict[st
         tree=sampler.peaks.to_mb(),
         beton_bytes=beton.stat().st_size if beton.exists() else None,
     )
-    m = _SUMMARY.search(out)
+    m = SUMMARY.search(out)
     if m:
         res["inside_s"] = float(m.group(3))
         res["outside_s"] = wall - res["inside_s"]

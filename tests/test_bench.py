@@ -71,3 +71,20 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
     assert all(t["verdict"] in ("PASS", "MISS") for t in writer_targets), writer_targets
     for png in ("smoke-throughput.png", "smoke-memory.png"):
         assert (out / png).stat().st_size > 0, png
+
+
+def test_user_scale_reads_what_the_writer_prints(tmp_path: Path, pairs_dir) -> None:
+    """--user-scale runs only by hand (hours): its parsing of the writer's summary line and
+    the imports it times are checked here, on the writer's real output."""
+    from bench.user_convert import SUMMARY, WRITER_IMPORTS
+
+    src = pairs_dir("per-sample", n=6)
+    out = subprocess.run(
+        [sys.executable, "writers/write_beton.py", str(src), str(tmp_path / "out"),
+         "--split", "train", "--no-progress"],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1],
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = SUMMARY.search(out.stdout + out.stderr)
+    assert m is not None and int(m.group(2)) == 6, out.stdout + out.stderr
+    subprocess.run([sys.executable, "-c", WRITER_IMPORTS], check=True, timeout=300)

@@ -239,6 +239,13 @@ def test_upstream_written_file(tmp_path: Path) -> None:
     reader = PairReader(path)
     idx = PageIndex.build(reader)
     assert idx.num_samples == 3000 and len(idx.pages) > 1
+    # The index is the definition: each page's ids, ascending, pages ascending.
+    page_of = np.asarray(reader.image_pointers("A")) >> reader.page_shift
+    assert idx.pages.tolist() == sorted(set(page_of.tolist()))
+    for k, page in enumerate(idx.pages.tolist()):
+        held = idx.samples[idx.starts[k] : idx.starts[k + 1]]
+        assert held.tolist() == np.flatnonzero(page_of == page).tolist(), page
+    assert np.any(np.diff(page_of.astype(np.int64)) < 0), "pages were not interleaved"
     orders = _orders(idx, "quasi_random", 2, batch_size=16, window_pages=1)
     union = np.concatenate(orders)
     assert len(np.unique(union)) == len(union) and 3000 - len(union) < 32

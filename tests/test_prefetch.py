@@ -113,6 +113,25 @@ def test_schedule_first_use_counts_both_fields() -> None:
     assert list(first) == sorted(first)
 
 
+def test_schedule_is_first_use_by_definition() -> None:
+    """Random orders and pointers: each page is due at the batch of the first
+    (sample, field) that reads it, ordered by that batch, then by page."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n, batch = int(rng.integers(1, 300)), int(rng.integers(1, 9))
+        cols = [np.sort(rng.integers(0, 4000, n)).astype(np.uint64) for _ in range(2)]
+        cols[1] = rng.permutation(cols[1])
+        order = rng.permutation(n)[: int(rng.integers(1, n + 1))]
+        due: dict[int, int] = {}
+        for pos, sample in enumerate(order.tolist()):
+            for col in cols:
+                due.setdefault(int(col[sample]) >> 5, pos // batch)
+        first, pages = page_schedule(order, batch, cols, 5)
+        assert sorted(due.items(), key=lambda kv: (kv[1], kv[0])) == list(
+            zip(pages.tolist(), first.tolist())
+        )
+
+
 def test_in_flight_cap_and_stop() -> None:
     """With a cap of 2 unread pages, a far-ahead helper requests no more than that."""
     calls: list[int] = []

@@ -123,14 +123,16 @@ def _query_bytes(query: Any) -> tuple[int, int]:
 
 def mapped_bytes(path: str | os.PathLike[str]) -> int:
     """Resident bytes of this process's mappings of ``path`` (page cache, shared)."""
-    target, total, inside = os.path.realpath(path), 0, False
     with open("/proc/self/smaps") as f:
-        for line in f:
-            fields = line.split()
-            if "-" in fields[0] and len(fields) >= 5:
-                inside = len(fields) >= 6 and fields[5] == target
-            elif inside and fields[0] == "Rss:":
-                total += int(fields[1]) * 1024
+        text = f.read()
+    # A mapping's header line ends with its path; its "Rss:" line follows.
+    header_end, total, at = f" {os.path.realpath(path)}\n", 0, 0
+    while (at := text.find(header_end, at)) >= 0:
+        rss = text.find("\nRss:", at)
+        if rss < 0:
+            break
+        total += int(text[rss + 5 : text.index("kB", rss)]) * 1024
+        at = rss
     return total
 
 

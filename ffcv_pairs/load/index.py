@@ -90,20 +90,28 @@ class PageIndex:
         selected = check_indices(indices, reader.num_samples)
         if selected is None:
             samples = np.arange(reader.num_samples, dtype=np.int64)
-            page_of = np.asarray(ptrs) >> shift
+            ptrs = np.asarray(ptrs)
         else:
             samples = selected
-            page_of = np.asarray(ptrs[samples]) >> shift
-        if len(page_of) > 1 and np.any(page_of[1:] < page_of[:-1]):
+            ptrs = np.asarray(ptrs[samples])
+        if len(ptrs) > 1 and np.any(ptrs[1:] < ptrs[:-1]):
             # Files from upstream's multi-process writer are not in page order.
+            # Group by page, ids ascending within a page (the pointers of each
+            # sample then stand for its page's start, which keeps them ascending).
+            page_of = ptrs >> shift
             by_page = np.argsort(page_of, kind="stable")
-            samples, page_of = samples[by_page], page_of[by_page]
-        if len(page_of):
-            first = np.flatnonzero(np.diff(page_of, prepend=page_of[0] - np.uint64(1)))
-        else:
-            first = np.zeros(0, dtype=np.int64)
-        pages = page_of[first].astype(np.int64)
-        starts = np.append(first, len(samples)).astype(np.int64)
+            samples, ptrs = samples[by_page], page_of[by_page] << shift
+        if not len(ptrs):
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(pages=empty, starts=np.zeros(1, dtype=np.int64), samples=samples)
+        # Pointers ascend, so each page's samples are one run: find the runs by
+        # bisecting at every page boundary (pages, not samples, set the cost).
+        lo, hi = int(ptrs[0]) >> int(shift), int(ptrs[-1]) >> int(shift)
+        span = np.arange(lo, hi + 2, dtype=np.uint64)
+        bounds = np.searchsorted(ptrs, span << np.uint64(shift)).astype(np.int64)
+        held = np.flatnonzero(bounds[1:] > bounds[:-1])
+        pages = span[held].astype(np.int64)
+        starts = np.append(bounds[held], len(samples)).astype(np.int64)
         return cls(pages=pages, starts=starts, samples=samples)
 
     @property

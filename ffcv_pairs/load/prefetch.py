@@ -29,6 +29,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..kernels.pages import first_use
+
 __all__ = ["CHUNK", "MADV_WILLNEED", "Prefetcher", "madvise", "page_schedule"]
 
 log = logging.getLogger(__name__)
@@ -68,15 +70,20 @@ def page_schedule(
         that first reads each page.
     """
     order = np.asarray(order, dtype=np.int64)
-    if len(order) == 0:
+    columns = [np.asarray(p).astype(np.uint64, copy=False) for p in pointers]
+    if len(order) == 0 or not columns:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
-    # (sample position, field) interleaved, so the first occurrence is the first use.
-    pages = np.stack([np.asarray(p)[order].astype(np.int64) >> page_shift for p in pointers], 1)
-    uniq, first = np.unique(pages.ravel(), return_index=True)
-    first_batch = (first // len(pointers)) // batch_size
+    # First use of each page, as a position in (sample, field) order.
+    top = max(int(c.max(initial=0)) for c in columns) >> page_shift
+    never = np.iinfo(np.int64).max
+    first = np.full(top + 1, never, dtype=np.int64)
+    for f, column in enumerate(columns):
+        first_use(order, column, np.uint64(page_shift), len(columns), f, first)
+    pages = np.flatnonzero(first != never)
+    first_batch = first[pages] // len(columns) // batch_size
     by_use = np.argsort(first_batch, kind="stable")
-    return first_batch[by_use].astype(np.int64), uniq[by_use].astype(np.int64)
+    return first_batch[by_use], pages[by_use].astype(np.int64)
 
 
 class Prefetcher(threading.Thread):

@@ -246,3 +246,26 @@ def test_direct_and_buffered_page_writes_give_the_same_file(
         runs[how] = out.read_bytes()
     assert runs["direct"] == runs["buffered"] == runs["refused"]
     assert len(runs["direct"]) > 10 * 4096
+
+
+def test_a_slow_page_write_never_sees_the_next_page(tmp_path: Path, monkeypatch) -> None:
+    """Pages are written by a helper thread while the next one is gathered into the other
+    buffer; a write that takes long must still write its own page's bytes."""
+    import time
+
+    from ffcv_pairs.write import pages
+
+    a, b, labels = make_arrays(400, (3, 10, 10), seed=5)
+    src = ArraySource(a, b, labels)
+    write_pairs(src, tmp_path / "plain.beton", workers=1, page_size=4096, progress=False)
+    slow = pages._write_page
+
+    def late(fd: int, buf: np.ndarray, offset: int) -> None:
+        time.sleep(0.02)  # longer than gathering the next two pages
+        slow(fd, buf, offset)
+
+    monkeypatch.setattr(pages, "_write_page", late)
+    write_pairs(src, tmp_path / "slow.beton", workers=1, page_size=4096, progress=False)
+    plain, slowed = ((tmp_path / f"{n}.beton").read_bytes() for n in ("plain", "slow"))
+    assert len(plain) > 20 * 4096
+    assert plain == slowed

@@ -210,6 +210,8 @@ def run_row(path: Path, warmup: Path, row: tuple, epochs: int = 1) -> dict[str, 
         "resident_before": resident,
         "cold": "warm" if warm else ("yes" if 0 <= resident <= size // 100 else "NO"),
         "peak_rss_mb": [round(p[1].rss / 2**20) if p[1] else None for p in parts],
+        # Without the mapped pages of the dataset (shared page cache, reclaimable).
+        "peak_own_mb": [round(p[1].pss_own / 2**20) if p[1] else None for p in parts],
     }
 
 

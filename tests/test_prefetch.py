@@ -171,3 +171,31 @@ def test_abandoned_epochs_leave_no_threads(beton: Path) -> None:
 def test_prefetch_rejects_negative(beton: Path) -> None:
     with pytest.raises(ValueError, match="prefetch must be non-negative"):
         _loader(beton, "random", -1)
+
+
+def test_random_over_a_file_larger_than_half_the_ram_gets_no_prefetch(
+    beton: Path, monkeypatch
+) -> None:
+    """Whole pages for single samples would thrash a page cache smaller than the file;
+    quasi_random keeps its prefetch, and the batches are the same either way."""
+    size = beton.stat().st_size
+    assert prefetch_mod.effective_prefetch("random", size, 4, ram=4 * size) == 4
+    assert prefetch_mod.effective_prefetch("random", size, 4, ram=size) == 0
+    assert prefetch_mod.effective_prefetch("quasi_random", size, 4, ram=size) == 4
+    assert prefetch_mod.effective_prefetch("sequential", size, 4, ram=size) == 4
+
+    started: list[str] = []
+    real = prefetch_mod.Prefetcher.start
+
+    def note(self: Prefetcher) -> None:
+        started.append("started")
+        real(self)
+
+    monkeypatch.setattr(prefetch_mod.Prefetcher, "start", note)
+    before = {o: _epochs(_loader(beton, o, 4), 1) for o in ("random", "quasi_random")}
+    assert started == ["started", "started"]
+    started.clear()
+    monkeypatch.setattr(prefetch_mod, "physical_ram", lambda: size)  # the file: all of RAM
+    after = {o: _epochs(_loader(beton, o, 4), 1) for o in ("random", "quasi_random")}
+    assert started == ["started"], "random must not prefetch; quasi_random must"
+    assert after == before

@@ -16,6 +16,14 @@ it was the fastest cold (see ``bench/cold.py``).
 Pages requested but not yet used are capped (``max_in_flight``), so a ``random``
 order, whose first batches touch every page, does not ask for the whole file at
 once (which, for a file larger than RAM, would evict pages before their use).
+
+A ``random`` order over a file that does not fit in the page cache gets no
+prefetch at all (:func:`effective_prefetch`): its samples are spread over every
+page, so a page read whole for one sample is evicted before most of its other
+samples are used. Measured on a 30.6 GiB file with 23.5 GiB of RAM, 4 ranks: it
+read from storage at 1.2-1.3 GB/s for over 10 minutes (about 0.8 TB, 24 times the
+file) without finishing one epoch, where ``quasi_random`` with prefetch read 0.83x
+the bytes it used.
 """
 
 from __future__ import annotations
@@ -31,7 +39,15 @@ import numpy as np
 
 from ..kernels.pages import first_use
 
-__all__ = ["CHUNK", "MADV_WILLNEED", "Prefetcher", "madvise", "page_schedule"]
+__all__ = [
+    "CHUNK",
+    "MADV_WILLNEED",
+    "RANDOM_RAM_SHARE",
+    "Prefetcher",
+    "effective_prefetch",
+    "madvise",
+    "page_schedule",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +68,27 @@ def madvise(address: int, length: int, advice: int) -> None:
     if _libc.madvise(address, length, advice) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"madvise({address:#x}, {length}, {advice}): {os.strerror(err)}")
+
+
+#: ``random`` orders prefetch whole pages only for a file of at most this share of RAM.
+RANDOM_RAM_SHARE = 0.5
+
+
+def physical_ram() -> int:
+    """Bytes of RAM of this machine (0 where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def effective_prefetch(order: str, file_size: int, prefetch: int, ram: int | None = None) -> int:
+    """``prefetch``, or 0 for a ``random`` order over a file larger than
+    :data:`RANDOM_RAM_SHARE` of ``ram`` (default: this machine's; see the module doc)."""
+    ram = physical_ram() if ram is None else ram
+    if order == "random" and ram > 0 and file_size > RANDOM_RAM_SHARE * ram:
+        return 0
+    return prefetch
 
 
 def page_schedule(

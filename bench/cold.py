@@ -178,8 +178,17 @@ def cold_row(path: str, warmup: str, row: tuple, rank: int, epochs: int = 1) -> 
     }
 
 
-def run_row(path: Path, warmup: Path, row: tuple, epochs: int = 1) -> dict[str, Any]:
-    """Drop the cache (unless warm), check it with fincore, run all ranks of ``row``."""
+def run_row(
+    path: Path,
+    warmup: Path,
+    row: tuple,
+    epochs: int = 1,
+    *,
+    timeout: float = 900.0,
+    interval: float = 0.25,
+) -> dict[str, Any]:
+    """Drop the cache (unless warm), check it with fincore, run all ranks of ``row``
+    (each given ``timeout`` seconds, its memory sampled every ``interval``)."""
     size = path.stat().st_size
     warm = row[5]
     if warm:
@@ -192,7 +201,17 @@ def run_row(path: Path, warmup: Path, row: tuple, epochs: int = 1) -> dict[str, 
     ranks = row[4]
     with ThreadPoolExecutor(ranks) as pool:
         futures = [
-            pool.submit(call_fresh, cold_row, str(path), str(warmup), row, r, epochs)
+            pool.submit(
+                call_fresh,
+                cold_row,
+                str(path),
+                str(warmup),
+                row,
+                r,
+                epochs,
+                timeout=timeout,
+                interval=interval,
+            )
             for r in range(ranks)
         ]
         parts = [f.result() for f in futures]
@@ -201,6 +220,7 @@ def run_row(path: Path, warmup: Path, row: tuple, epochs: int = 1) -> dict[str, 
     nbytes = sum(r["bytes"] for r in res)
     samples = sum(r["samples"] for r in res) or nbytes // (2 * int(np.prod(SHAPE)))
     return {
+        "epochs": epochs,
         "samples": samples,
         "seconds": seconds,
         "rate": samples / seconds,

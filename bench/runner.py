@@ -179,10 +179,14 @@ def _call_child(conn: Any, func: Any, args: tuple[Any, ...]) -> None:
         conn.send({"error": lines[-1].strip(), "traceback": traceback.format_exc()})
 
 
-def call_fresh(func: Any, *args: Any, timeout: float = 900.0) -> tuple[Any, MemoryPeaks]:
+def call_fresh(
+    func: Any, *args: Any, timeout: float = 900.0, interval: float = 0.25
+) -> tuple[Any, MemoryPeaks]:
     """``func(*args)`` in a fresh process (forked from the preloaded forkserver).
 
-    Returns its result and the memory peaks of its process tree while it ran.
+    Returns its result and the memory peaks of its process tree while it ran, sampled
+    every ``interval`` seconds (reading ``smaps`` of a process that maps tens of GiB
+    costs a core at the default).
 
     Raises:
         RunnerError: it raised (the message names the exception), died or timed out.
@@ -193,7 +197,7 @@ def call_fresh(func: Any, *args: Any, timeout: float = 900.0) -> tuple[Any, Memo
     proc.start()
     child.close()
     try:
-        with TreeSampler(proc.pid) as sampler:
+        with TreeSampler(proc.pid, interval) as sampler:
             if not parent.poll(timeout):
                 raise RunnerError(f"{func.__name__}: no answer in {timeout:.0f} s")
             try:

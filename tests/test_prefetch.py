@@ -173,29 +173,48 @@ def test_prefetch_rejects_negative(beton: Path) -> None:
         _loader(beton, "random", -1)
 
 
-def test_random_over_a_file_larger_than_half_the_ram_gets_no_prefetch(
+def test_random_over_a_file_larger_than_half_the_ram_requests_images_not_pages(
     beton: Path, monkeypatch
 ) -> None:
-    """Whole pages for single samples would thrash a page cache smaller than the file;
-    quasi_random keeps its prefetch, and the batches are the same either way."""
+    """Whole pages for single samples would thrash a page cache smaller than the file:
+    random then asks for each image's bytes (and turns fault readahead off), before its
+    batch; quasi_random keeps whole pages; the batches are the same either way."""
     size = beton.stat().st_size
-    assert prefetch_mod.effective_prefetch("random", size, 4, ram=4 * size) == 4
-    assert prefetch_mod.effective_prefetch("random", size, 4, ram=size) == 0
-    assert prefetch_mod.effective_prefetch("quasi_random", size, 4, ram=size) == 4
-    assert prefetch_mod.effective_prefetch("sequential", size, 4, ram=size) == 4
+    assert prefetch_mod.prefetch_mode("random", size, ram=4 * size) == "pages"
+    assert prefetch_mod.prefetch_mode("random", size, ram=size) == "samples"
+    assert prefetch_mod.prefetch_mode("quasi_random", size, ram=size) == "pages"
+    assert prefetch_mod.prefetch_mode("sequential", size, ram=size) == "pages"
 
-    started: list[str] = []
-    real = prefetch_mod.Prefetcher.start
-
-    def note(self: Prefetcher) -> None:
-        started.append("started")
-        real(self)
-
-    monkeypatch.setattr(prefetch_mod.Prefetcher, "start", note)
     before = {o: _epochs(_loader(beton, o, 4), 1) for o in ("random", "quasi_random")}
-    assert started == ["started", "started"]
-    started.clear()
     monkeypatch.setattr(prefetch_mod, "physical_ram", lambda: size)  # the file: all of RAM
-    after = {o: _epochs(_loader(beton, o, 4), 1) for o in ("random", "quasi_random")}
-    assert started == ["started"], "random must not prefetch; quasi_random must"
-    assert after == before
+    calls: list[tuple[int, int, int, int]] = []
+
+    def spy(address: int, length: int, advice: int) -> None:
+        helper = threading.current_thread()
+        assert isinstance(helper, Prefetcher)
+        calls.append((address, length, advice, helper.current))
+
+    monkeypatch.setattr(prefetch_mod, "madvise", spy)
+    loader = _loader(beton, "random", 3)
+    after = _epochs(loader, 1)
+    assert after == before["random"]
+    assert _epochs(_loader(beton, "quasi_random", 4), 1) == before["quasi_random"]
+
+    random_calls = [c for c in calls if c[2] == prefetch_mod.MADV_RANDOM]
+    assert len(random_calls) >= 1, "fault readahead was not turned off"
+    base = random_calls[0][0]
+    reader = PairReader(beton)
+    order_ids = loader.epoch_order(0)
+    wanted = [
+        (int(reader.image_pointers(name)[sid]), pos // 16)
+        for pos, sid in enumerate(order_ids.tolist())
+        for name in ("A", "B")
+    ]
+    nbytes = reader.schema.a.nbytes
+    asked = [(a - base, n, at) for a, n, adv, at in calls if adv == prefetch_mod.MADV_WILLNEED]
+    asked = asked[: len(wanted)]  # the random loader's own (quasi_random's come after)
+    assert len(asked) == len(wanted), "not one request per image"
+    for (start, batch), (off, n, at) in zip(wanted, asked, strict=True):
+        assert off <= start and start + nbytes <= off + n, "the request misses the image"
+        assert n < nbytes + prefetch_mod.mmap.PAGESIZE, "more than the image was asked for"
+        assert at <= batch, f"image of batch {batch} requested at batch {at}"

@@ -44,7 +44,7 @@ from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import OrderKind, OrderSpec, PairTraversalOrder
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
-from .prefetch import effective_prefetch
+from .prefetch import prefetch_mode
 from .resume import check_resume, resume_fingerprint
 from .world import default_num_threads, local_ranks, resolve_world
 
@@ -217,10 +217,10 @@ class PairLoader:
             if self.device.type == "cuda"
             else contextlib.nullcontext()
         )
-        prefetch = effective_prefetch(cfg.order, int(self.reader.file_size), cfg.prefetch)
+        mode = prefetch_mode(cfg.order, int(self.reader.file_size))
         with on_device:
             self._active = it = EpochThread(
-                self._engine, rest, cfg.batches_ahead, prefetch, in_flight
+                self._engine, rest, cfg.batches_ahead, cfg.prefetch, in_flight, mode
             )
         try:
             for k, batch in enumerate(it):
@@ -338,8 +338,8 @@ def make_loader(
             batches before the batch that first reads it (``madvise(MADV_WILLNEED)``
             from a helper thread; see :mod:`~ffcv_pairs.load.prefetch`). 0 disables
             it. Never changes the batches; helps cold (larger than RAM) epochs. A
-            ``random`` order over a file larger than half the RAM gets none (it would
-            read whole pages for single samples; see ``effective_prefetch``).
+            ``random`` order over a file larger than half the RAM requests each image's
+            bytes instead of whole pages (see ``prefetch_mode``).
         window_bytes: The quasi-random window (default 256 MiB): randomness against
             read locality (see :mod:`~ffcv_pairs.load.order`).
         rank, world_size: Explicit sharding, instead of ``torch.distributed``'s.

@@ -41,7 +41,7 @@ from ffcv.pipeline.graph import Graph
 from ..format.reader import PairReader
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import PairTraversalOrder
-from .prefetch import Prefetcher, page_schedule
+from .prefetch import Prefetcher, SamplePrefetcher, page_schedule, sample_schedule
 
 __all__ = ["BufferGraph", "EpochQueue", "EpochThread", "LoaderError", "LoaderShim", "build_graph"]
 
@@ -153,12 +153,13 @@ class EpochThread(EpochIterator):
         queue_size: int,
         prefetch: int = 0,
         max_in_flight: int = 64,
+        mode: str = "pages",
     ):
         self.error: BaseException | None = None
         self._deferred = True
         self.prefetcher: Prefetcher | None = None
         super().__init__(engine, order)
-        self._start_prefetch(engine, order, prefetch, max_in_flight)
+        self._start_prefetch(engine, order, prefetch, max_in_flight, mode)
         slots = engine.batches_ahead + 2
         self.output_queue = EpochQueue(queue_size, self.terminate_event, engine.graph, slots)
         self._deferred = False
@@ -169,23 +170,32 @@ class EpochThread(EpochIterator):
         self.start()
 
     def _start_prefetch(
-        self, engine: LoaderShim, order: np.ndarray, prefetch: int, max_in_flight: int
+        self, engine: LoaderShim, order: np.ndarray, prefetch: int, max_in_flight: int, mode: str
     ) -> None:
         context = self.memory_context
         if prefetch <= 0 or not isinstance(context, OSCacheContext) or context.mmap is None:
             return
         reader = engine.reader
         columns = [reader.image_pointers(name) for name in reader.schema.IMAGE_FIELDS]
-        schedule = page_schedule(order, engine.batch_size, columns, int(reader.page_shift))
         mapping = context.mmap
-        self.prefetcher = Prefetcher(
-            mapping.ctypes.data,
-            mapping.size,
-            int(reader.page_size),
-            schedule,
-            prefetch,
-            max_in_flight,
-        )
+        if mode == "samples":  # each image's bytes, no fault readahead (see .prefetch)
+            nbytes = [reader.schema.a.nbytes, reader.schema.b.nbytes]
+            self.prefetcher = SamplePrefetcher(
+                mapping.ctypes.data,
+                mapping.size,
+                sample_schedule(order, engine.batch_size, columns, nbytes),
+                prefetch,
+                prefetch * engine.batch_size * len(columns),
+            )
+        else:
+            self.prefetcher = Prefetcher(
+                mapping.ctypes.data,
+                mapping.size,
+                int(reader.page_size),
+                page_schedule(order, engine.batch_size, columns, int(reader.page_shift)),
+                prefetch,
+                max_in_flight,
+            )
         self.prefetcher.start()
 
     def run_pipeline(self, b_ix, batch_indices, batch_slot, cuda_event):

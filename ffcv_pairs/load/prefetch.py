@@ -17,13 +17,15 @@ Pages requested but not yet used are capped (``max_in_flight``), so a ``random``
 order, whose first batches touch every page, does not ask for the whole file at
 once (which, for a file larger than RAM, would evict pages before their use).
 
-A ``random`` order over a file that does not fit in the page cache gets no
-prefetch at all (:func:`effective_prefetch`): its samples are spread over every
-page, so a page read whole for one sample is evicted before most of its other
-samples are used. Measured on a 30.6 GiB file with 23.5 GiB of RAM, 4 ranks: it
-read from storage at 1.2-1.3 GB/s for over 10 minutes (about 0.8 TB, 24 times the
-file) without finishing one epoch, where ``quasi_random`` with prefetch read 0.83x
-the bytes it used.
+A ``random`` order over a file that does not fit in the page cache asks for the
+bytes of each image instead (:func:`prefetch_mode`, :class:`SamplePrefetcher`),
+and turns the kernel's fault readahead off for the mapping (``MADV_RANDOM``):
+its samples are spread over every page, so a page read whole for one sample is
+evicted before most of its other samples are used. Measured on a 30.6 GiB file
+with 23.5 GiB of RAM, 4 ranks, whole-page prefetch read from storage at
+1.2-1.3 GB/s for over 10 minutes (about 0.8 TB, 24 times the file) without
+finishing one epoch, and so did no prefetch at all: this VM's ``read_ahead_kb``
+is 8 MiB, so each fault read 8 MiB around it.
 """
 
 from __future__ import annotations
@@ -41,17 +43,21 @@ from ..kernels.pages import first_use
 
 __all__ = [
     "CHUNK",
+    "MADV_RANDOM",
     "MADV_WILLNEED",
     "RANDOM_RAM_SHARE",
     "Prefetcher",
-    "effective_prefetch",
+    "SamplePrefetcher",
     "madvise",
     "page_schedule",
+    "prefetch_mode",
+    "sample_schedule",
 ]
 
 log = logging.getLogger(__name__)
 
 MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
+MADV_RANDOM = getattr(mmap, "MADV_RANDOM", 1)
 #: Bytes per WILLNEED call (measured: an 8 MiB call read 4 MiB at read_ahead_kb=128).
 CHUNK = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -82,13 +88,28 @@ def physical_ram() -> int:
         return 0
 
 
-def effective_prefetch(order: str, file_size: int, prefetch: int, ram: int | None = None) -> int:
-    """``prefetch``, or 0 for a ``random`` order over a file larger than
-    :data:`RANDOM_RAM_SHARE` of ``ram`` (default: this machine's; see the module doc)."""
+def prefetch_mode(order: str, file_size: int, ram: int | None = None) -> str:
+    """``"samples"`` for a ``random`` order over a file larger than :data:`RANDOM_RAM_SHARE`
+    of ``ram`` (default: this machine's), else ``"pages"`` (see the module doc)."""
     ram = physical_ram() if ram is None else ram
     if order == "random" and ram > 0 and file_size > RANDOM_RAM_SHARE * ram:
-        return 0
-    return prefetch
+        return "samples"
+    return "pages"
+
+
+def sample_schedule(
+    order: np.ndarray, batch_size: int, pointers: Sequence[np.ndarray], nbytes: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every image an epoch reads, in order: ``(batch, start, length)`` int64 arrays
+    (``nbytes``: one image's bytes per field, like ``pointers``)."""
+    order = np.asarray(order, dtype=np.int64)
+    fields = len(pointers)
+    starts = np.empty((len(order), fields), dtype=np.int64)
+    for f, column in enumerate(pointers):
+        starts[:, f] = np.asarray(column)[order].astype(np.int64)
+    lengths = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), starts.shape)
+    batch = np.repeat(np.arange(len(order), dtype=np.int64) // batch_size, fields)
+    return batch, starts.ravel(), np.ascontiguousarray(lengths).ravel()
 
 
 def page_schedule(
@@ -201,6 +222,9 @@ class Prefetcher(threading.Thread):
         for at in range(start, end, CHUNK):
             madvise(at, min(CHUNK, end - at), MADV_WILLNEED)
 
+    def _request_entry(self, i: int) -> None:
+        self._request(int(self.pages[i]))
+
     def run(self) -> None:
         n = len(self.pages)
         try:
@@ -214,7 +238,7 @@ class Prefetcher(threading.Thread):
                         return
                     start, end = self.requested, self._due()
                 for i in range(start, end):  # outside the lock: the kernel may block
-                    self._request(int(self.pages[i]))
+                    self._request_entry(i)
                 with self._cond:
                     self.requested = end
                     self._cond.notify_all()
@@ -225,3 +249,32 @@ class Prefetcher(threading.Thread):
             with self._cond:
                 self.stopped = True
                 self._cond.notify_all()
+
+
+class SamplePrefetcher(Prefetcher):
+    """A :class:`Prefetcher` over the byte ranges of single images (``schedule``:
+    ``(batch, start, length)`` from :func:`sample_schedule`); ``max_in_flight`` counts
+    images. It first turns fault readahead off for the mapping (``MADV_RANDOM``)."""
+
+    def __init__(
+        self,
+        address: int,
+        size: int,
+        schedule: tuple[np.ndarray, np.ndarray, np.ndarray],
+        ahead: int,
+        max_in_flight: int,
+    ):
+        batch, starts, self.lengths = schedule
+        super().__init__(address, size, 1, (batch, starts), ahead, max_in_flight)
+
+    def _request_entry(self, i: int) -> None:
+        at = self.address + int(self.pages[i])
+        start = at & ~(mmap.PAGESIZE - 1)  # the OS page under it
+        madvise(start, at + int(self.lengths[i]) - start, MADV_WILLNEED)
+
+    def run(self) -> None:
+        try:
+            madvise(self.address, self.size, MADV_RANDOM)
+        except OSError as e:
+            log.warning("MADV_RANDOM refused (fault readahead stays on): %s", e)
+        super().run()

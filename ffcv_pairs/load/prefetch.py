@@ -24,8 +24,9 @@ its samples are spread over every page, so a page read whole for one sample is
 evicted before most of its other samples are used. Measured on a 30.6 GiB file
 with 23.5 GiB of RAM, 4 ranks, whole-page prefetch read from storage at
 1.2-1.3 GB/s for over 10 minutes (about 0.8 TB, 24 times the file) without
-finishing one epoch, and so did no prefetch at all: this VM's ``read_ahead_kb``
-is 8 MiB, so each fault read 8 MiB around it.
+finishing one epoch; with no prefetch, 8 minutes at 1.1-1.6 GB/s did not finish
+one either: this VM's ``read_ahead_kb`` is 8 MiB, so each fault read 8 MiB
+around it.
 """
 
 from __future__ import annotations

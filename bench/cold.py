@@ -11,6 +11,7 @@ The limit is a sequential ``read()`` of the file in 8 MiB chunks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 SHAPE = (3, 64, 64)
 CHUNK = 8 << 20
+WARM_ROUNDS = 3  # the warm rows: best of this many
 #: name -> (kind, order, prefetch, os_cache, ranks, warm)
 COLD_ROWS: dict[str, tuple[str, str, int, bool, int, bool]] = {
     "limit: sequential read()": ("limit", "", 0, True, 1, False),
@@ -252,6 +254,17 @@ def measure_cold_table(work: Path, gib: float, enabled: bool = True) -> dict[str
         if "skipped" in rows[name]:
             return {"skipped": rows[name]["skipped"]}
         log.info("cold: %s %s", name, rows[name])
+    # The warm pair is a ratio of two short epochs: best of WARM_ROUNDS, interleaved.
+    warm = [name for name, row in COLD_ROWS.items() if row[5]]
+    for _ in range(WARM_ROUNDS - 1):
+        for name in warm:
+            if "rate" not in rows[name]:
+                continue
+            with contextlib.suppress(RunnerError):
+                again = run_row(path, warmup, COLD_ROWS[name])
+                rounds = [*rows[name].get("rounds", [rows[name]["rate"]]), again["rate"]]
+                best = again if again["rate"] > rows[name]["rate"] else rows[name]
+                rows[name] = {**best, "rounds": rounds}
     return {"gib": gib, "rows": rows}
 
 

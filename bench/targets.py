@@ -176,7 +176,7 @@ def _cold_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "x",
         ),
         _target("cold quasi_random + prefetch / best upstream", _ratio(ours, best_up), 1.0, "x"),
-        _target("warm: prefetch 4 / no prefetch (one sample each)", warm, 0.95, "x"),
+        _target("warm: prefetch 4 / no prefetch (best of 3 each)", warm, 0.95, "x"),
     ]
 
 

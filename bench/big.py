@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from .cold import run_row, write_synthetic
+from .cold import SHAPE, run_row, write_synthetic
 from .runner import RunnerError
 
 __all__ = ["larger_than_ram", "write_big_report"]
@@ -99,7 +100,7 @@ def larger_than_ram(work: Path, gib: float | None = None) -> dict[str, Any]:
 
 
 def _used(m: dict[str, Any]) -> int:
-    return int(m["samples"]) * 2 * 3 * 64 * 64
+    return int(m["samples"]) * 2 * math.prod(SHAPE)
 
 
 def _verdicts(res: dict[str, Any]) -> list[str]:

@@ -27,7 +27,15 @@ from ffcv_pairs.write.sources import PairSource
 from .amplification import drop_caches
 from .runner import RunnerError, call_fresh
 
-__all__ = ["COLD_ROWS", "SyntheticSource", "cold_lines", "measure_cold_table", "write_synthetic"]
+__all__ = [
+    "COLD_ROWS",
+    "SHAPE",
+    "SyntheticSource",
+    "cold_lines",
+    "measure_cold_table",
+    "run_row",
+    "write_synthetic",
+]
 
 log = logging.getLogger(__name__)
 

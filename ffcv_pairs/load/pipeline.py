@@ -176,10 +176,11 @@ class EpochThread(EpochIterator):
         if prefetch <= 0 or not isinstance(context, OSCacheContext) or context.mmap is None:
             return
         reader = engine.reader
-        columns = [reader.image_pointers(name) for name in reader.schema.IMAGE_FIELDS]
+        fields = reader.schema.IMAGE_FIELDS
+        columns = [reader.image_pointers(name) for name in fields]
         mapping = context.mmap
         if mode == "samples":  # each image's bytes, no fault readahead (see .prefetch)
-            nbytes = [reader.schema.a.nbytes, reader.schema.b.nbytes]
+            nbytes = [reader.schema.spec(name).nbytes for name in fields]
             self.prefetcher = SamplePrefetcher(
                 mapping.ctypes.data,
                 mapping.size,

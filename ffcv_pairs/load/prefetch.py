@@ -39,6 +39,7 @@ import threading
 from collections.abc import Sequence
 
 import numpy as np
+import psutil
 
 from ..kernels.pages import first_use
 
@@ -82,11 +83,8 @@ RANDOM_RAM_SHARE = 0.5
 
 
 def physical_ram() -> int:
-    """Bytes of RAM of this machine (0 where the platform does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
+    """Bytes of RAM of this machine (as the memory budget reads it: psutil)."""
+    return int(psutil.virtual_memory().total)
 
 
 def prefetch_mode(order: str, file_size: int, ram: int | None = None) -> str:

@@ -3,7 +3,8 @@
 LLVM lowers ``reduce.add(zext <64 x i8>)`` to ``psadbw`` on x86 (eight 8-byte sums
 per instruction); numba's own loop over ``uint8`` widens every byte to 32 bits
 first and runs at less than half that speed. The image means of the contrast op
-are sums like these.
+are sums like these: :func:`clamped_sums` gives what a brightness that clamps at 255 needs in
+one pass.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["WIDTH", "above_sums"]
+__all__ = ["WIDTH", "clamped_sums"]
 
 WIDTH = 64  # bytes per vector
 
@@ -31,10 +32,10 @@ def _reduce(builder, vec):
 
 
 @intrinsic
-def _above64(typingctx, arr, start, floor):  # pragma: no cover - JIT
-    """For the 64 bytes ``x`` at ``arr[start:]``: ``(sum(max(x - floor, 0)), #{x > floor})``
-    (``floor`` 0: the plain sum and the non-zero count)."""
-    sig = types.UniTuple(types.int64, 2)(arr, types.intp, types.uint8)
+def _sums64(typingctx, arr, start, floor):  # pragma: no cover - JIT
+    """For the 64 bytes ``x`` at ``arr[start:]``: ``(sum(x), sum(max(x - floor, 0)),
+    #{x > floor})``, from one load."""
+    sig = types.UniTuple(types.int64, 3)(arr, types.intp, types.uint8)
 
     def codegen(context, builder, signature, args):
         a = context.make_array(signature.args[0])(context, builder, args[0])
@@ -52,27 +53,29 @@ def _above64(typingctx, arr, start, floor):  # pragma: no cover - JIT
             builder.module, ir.FunctionType(vec_t, [vec_t, vec_t]), f"llvm.umin.v{WIDTH}i8"
         )
         above = builder.call(sub, [x, floor])
-        ones = ir.Constant(vec_t, [1] * WIDTH)
-        count = builder.call(umin, [above, ones])
+        count = builder.call(umin, [above, ir.Constant(vec_t, [1] * WIDTH)])
         i64 = ir.IntType(64)
-        total = builder.zext(_reduce(builder, above), i64)
-        n = builder.zext(_reduce(builder, count), i64)
-        return context.make_tuple(builder, signature.return_type, [total, n])
+        sums = [builder.zext(_reduce(builder, v), i64) for v in (x, above, count)]
+        return context.make_tuple(builder, signature.return_type, sums)
 
     return sig, codegen
 
 
 @nb.njit(cache=True, nogil=True)
-def above_sums(seg, floor):  # pragma: no cover - JIT
-    """``(sum(max(x - floor, 0)), #{x > floor})`` over a uint8 segment ``seg``."""
+def clamped_sums(seg, t):  # pragma: no cover - JIT
+    """``(sum of the values below t, count of the values >= t)`` over a uint8 segment
+    ``seg``, ``1 <= t``, in one pass (``t > 255``: the plain sum and 0)."""
     n = seg.shape[0]
-    total, count, k = np.int64(0), np.int64(0), 0
+    floor = min(t - 1, 255)
+    total, above, count, k = np.int64(0), np.int64(0), np.int64(0), 0
     f = np.uint8(floor)
     while k + WIDTH <= n:
-        s, c = _above64(seg, k, f)
-        total, count, k = total + s, count + c, k + WIDTH
+        s, a, c = _sums64(seg, k, f)
+        total, above, count, k = total + s, above + a, count + c, k + WIDTH
     for j in range(k, n):
-        v = np.int64(seg[j]) - floor
-        if v > 0:
-            total, count = total + v, count + 1
-    return total, count
+        v = np.int64(seg[j])
+        total += v
+        if v > floor:
+            above, count = above + v - floor, count + 1
+    # Each value >= t adds v to the total and v - floor to above.
+    return total - above - floor * count, count

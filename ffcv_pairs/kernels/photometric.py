@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .bytesums import above_sums
+from .bytesums import clamped_sums
 from .hashing import OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE, sample_key, uniform
 from .noise import noise_block
 
@@ -102,17 +102,6 @@ def _threshold(bright):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _segment_sum(seg, t):  # pragma: no cover - JIT
-    """``(sum of values below t, count of values >= t)`` of a uint8 segment: integer, so
-    exact, from 64-byte vector sums."""
-    total, _ = above_sums(seg, 0)
-    if t > 255:  # nothing clamps (brightness <= 1)
-        return total, np.int64(0)
-    above, count = above_sums(seg, t - 1)  # sum of (v - (t - 1)) over v >= t, and their count
-    return total - above - (t - 1) * count, count
-
-
-@nb.njit(cache=True, nogil=True)
 def _channel_sum(x, lay, channel, bright, integer):  # pragma: no cover - JIT
     """Sum over one channel of ``min(bright * x, 255)`` (``integer``) or ``bright * x``."""
     t = _threshold(bright) if integer else 1 << 30
@@ -120,7 +109,7 @@ def _channel_sum(x, lay, channel, bright, integer):  # pragma: no cover - JIT
         seg = x[channel * lay.plane_size : (channel + 1) * lay.plane_size]
         if not integer:
             return bright * np.sum(seg.astype(np.float64))
-        low, high = _segment_sum(seg, t)
+        low, high = clamped_sums(seg, t)
         return bright * low + 255.0 * high
     low, high, total = np.int64(0), np.int64(0), 0.0
     for j in range(channel, lay.plane_size, lay.pixel):

@@ -68,20 +68,34 @@ def new_pixel_work(lay):  # pragma: no cover - JIT
     )
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True, fastmath={"contract"})
 def _photometric_chunk(xs, q, noise, draw, offset):  # pragma: no cover - JIT
     """``q[j]``: the uint8 photometric result of ``xs[j]`` (``q`` uint8, or float32 holding
-    the integer)."""
-    b, c = np.float32(draw.bright), np.float32(draw.contrast)
-    top, zero = np.float32(255.0), np.float32(0.0)
+    the integer).
+
+    ``c * min(b * x, 255) + offset`` is computed as ``min(k * x + offset, cap)`` with
+    ``k = b * c`` and ``cap = 255 * c + offset`` (equal, since ``c > 0``): one fused
+    multiply-add per value. Without noise the cap and the clamp to ``[0, 255]`` are
+    taken after truncating (``floor(min(v, cap)) = min(floor(v), floor(cap))``, and
+    truncation differs from floor only below 0, which clamps to 0 either way), as integer
+    min and max that compile to a saturating pack.
+    """
+    c = np.float32(draw.contrast)
+    k = np.float32(draw.bright) * c
+    cap = np.float32(255.0) * c + offset
     if draw.noise_std > 0:
+        top = np.float32(255.0)
         for j in range(xs.shape[0]):
-            v = min(b * np.float32(xs[j]), top) * c + offset + noise[j]
-            q[j] = np.int32(min(max(v, zero), top))
+            v = k * np.float32(xs[j]) + offset
+            v = (v if v < cap else cap) + noise[j]
+            i = np.int32(v if v < top else top)
+            q[j] = i if i > 0 else 0
     else:
+        hi = np.int32(min(cap, np.float32(255.0)))
         for j in range(xs.shape[0]):
-            v = min(b * np.float32(xs[j]), top) * c + offset
-            q[j] = np.int32(min(max(v, zero), top))
+            i = np.int32(k * np.float32(xs[j]) + offset)
+            i = i if i < hi else hi
+            q[j] = i if i > 0 else 0
 
 
 @nb.njit(cache=True, nogil=True)

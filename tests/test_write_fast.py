@@ -3,6 +3,8 @@ every fallback taken (and counted), and bad files still named as before."""
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +125,35 @@ def test_every_fallback_is_taken_and_counted(tmp_path: Path) -> None:
     )
     assert (report.fast_reads, report.fallback_reads) == (3 * n - 6, 6)
     assert "6 by torch.load" in report.summary()
+    ra, rb, rl = read_back(tmp_path / "x.beton")
+    assert ra.tobytes() == a.numpy().tobytes() and rb.tobytes() == b.numpy().tobytes()
+    np.testing.assert_array_equal(rl, np.arange(n))
+
+
+def _other_version(path: Path) -> None:
+    """The archive's ``version`` record (stored after the tensor's bytes) 3 -> 2, its two
+    CRC-32s fixed: every other byte as saved, and ``torch.load`` still reads it."""
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"3\n", raw.index(b"/version"))
+    raw[at] = ord("2")
+    old, new = struct.pack("<I", zlib.crc32(b"3\n")), struct.pack("<I", zlib.crc32(b"2\n"))
+    path.write_bytes(bytes(raw).replace(old, new))
+
+
+def test_a_page_read_at_once_sends_odd_files_one_by_one(tmp_path: Path) -> None:
+    """One page of 40 samples read a field at a time: indices 9 -> 10 change the files'
+    length mid-page, and a file that differs only after its tensor's bytes (a record the
+    skeleton fixes) goes through torch.load."""
+    n, shape = 40, (3, 24, 24)  # storage over a kilobyte: the skeleton checks two spans
+    a, b = _images(n, shape, torch.uint8, 5), _images(n, shape, torch.uint8, 6)
+    src = _save(tmp_path / "pt", a, b, list(range(n)))
+    _other_version(src / "train_A_images_17.pt")
+    _other_version(src / "train_labels_30.pt")
+    report = write_pairs(
+        open_source(src, "train"), tmp_path / "x.beton", workers=1, page_size=1 << 20,
+        progress=False,
+    )  # fmt: skip
+    assert (report.fast_reads, report.fallback_reads) == (3 * n - 2, 2)
     ra, rb, rl = read_back(tmp_path / "x.beton")
     assert ra.tobytes() == a.numpy().tobytes() and rb.tobytes() == b.numpy().tobytes()
     np.testing.assert_array_equal(rl, np.arange(n))

@@ -24,6 +24,7 @@ import errno
 import mmap
 import os
 import signal
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,7 +225,13 @@ def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
             else job.order.source_of(np.arange(start, stop)).tolist()
         )
         labels = np.empty(k, dtype=np.int64)
-        for j, i in enumerate(ids):
+        fast = src.read_block(ids, (slots[:, :na], slots[:, na:]), (schema.a, schema.b))
+        todo: Iterable[int] = range(k)
+        if fast is not None:
+            labels[:] = fast[0]
+            todo = np.flatnonzero(~fast[1]).tolist()
+        for j in todo:
+            i = ids[j]
             a, b, label = src.read(i)
             slots[j, :na] = conv.sample_bytes(a, schema.a, src, i, a_name)
             slots[j, na:] = conv.sample_bytes(b, schema.b, src, i, b_name)

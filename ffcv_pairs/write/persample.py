@@ -12,13 +12,15 @@ the same one-line error naming it.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..format.schema import PairSchema
+from ..format.schema import ArraySpec, PairSchema
 from .discover import PER_SAMPLE_KINDS, SplitFiles, scan
+from .ptblock import ROWS, stage_bytes, storage_rows
 from .ptfile import PtTemplate, learn_template, read_tensor
 from .sources import PairSource, load_pt
 
@@ -49,6 +51,7 @@ class PerSampleSource(PairSource):
         self._widths = [f.width for f in families]
         self._templates: list[PtTemplate | None] | None = None
         self._plain_loads = 0
+        self._stage = np.empty(0, dtype=np.uint8)
 
     def path(self, kind: int, i: int) -> str:
         """The file of field ``kind`` (0: A, 1: B, 2: label) of sample ``i``."""
@@ -82,6 +85,43 @@ class PerSampleSource(PairSource):
         if self._templates is None:
             self._templates = self._learn()
         return self._read_one(0, i), self._read_one(1, i), self._read_one(2, i)
+
+    def read_block(
+        self, ids: Sequence[int], images: tuple[np.ndarray, np.ndarray], specs: Sequence[ArraySpec]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Samples ``ids`` a field at a time (:mod:`~ffcv_pairs.write.ptblock`): the stored
+        bytes of A and B into the rows of ``images`` (uint8 ``(len(ids), nbytes)`` each);
+        returns ``(labels, done)``. A sample not ``done`` must be read by :meth:`read`.
+
+        None when a field's files cannot go this way (their tensors need converting to
+        ``specs``, or their template has no fast path).
+        """
+        if self._templates is None:
+            self._templates = self._learn()
+        templates = [t for t in self._templates if t is not None and not t.reason]
+        if len(templates) != len(PER_SAMPLE_KINDS):
+            return None
+        if any(t.dtype != s.np_dtype or t.shape != s.shape for t, s in zip(templates, specs)):
+            return None
+        lab = templates[2]
+        fits = lab.dtype.kind == "i" or (lab.dtype.kind == "u" and lab.dtype.itemsize < 8)
+        if not fits or len(lab.shape) > 1 or lab.nbytes != lab.dtype.itemsize:
+            return None  # a label is an integer scalar that int64 holds
+        k = len(ids)
+        labels = np.zeros((k, lab.nbytes), dtype=np.uint8)
+        done = np.ones(k, dtype=bool)
+        for lo in range(0, k, ROWS):
+            part = ids[lo : lo + ROWS]
+            for kind, out in enumerate((*images, labels)):
+                need = stage_bytes(templates[kind], len(part))
+                if self._stage.size < need:
+                    self._stage = np.empty(need, dtype=np.uint8)
+                paths = [self.path(kind, i) for i in part]
+                rows = out[lo : lo + len(part)]
+                done[lo : lo + len(part)] &= storage_rows(paths, templates[kind], rows, self._stage)
+        for template in templates:
+            template.fast_reads += int(done.sum())
+        return labels.view(lab.dtype).reshape(k).astype(np.int64), done
 
     def read_stats(self) -> tuple[int, int]:
         live = [t for t in self._templates or [] if t is not None]

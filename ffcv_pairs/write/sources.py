@@ -13,9 +13,12 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..format.schema import ArraySpec
 
 __all__ = [
     "ArraySource",
@@ -125,6 +128,16 @@ class PairSource(ABC):
 
         Sources that hold stacked arrays return views; the default returns None
         and the writer reads sample by sample.
+        """
+        return None
+
+    def read_block(
+        self, ids: Sequence[int], images: tuple[np.ndarray, np.ndarray], specs: Sequence[ArraySpec]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Samples ``ids`` at once, when cheap: their stored A and B bytes into the rows of
+        ``images`` (uint8 ``(len(ids), nbytes)`` each, as ``specs`` stores them); returns
+        ``(labels, done)``, and a sample not ``done`` goes through :meth:`read`. The default
+        returns None: the writer reads sample by sample.
         """
         return None
 

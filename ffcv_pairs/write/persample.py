@@ -12,7 +12,9 @@ the same one-line error naming it.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +22,15 @@ import numpy as np
 
 from ..format.schema import ArraySpec, PairSchema
 from .discover import PER_SAMPLE_KINDS, SplitFiles, scan
-from .ptblock import ROWS, stage_bytes, storage_rows
+from .ptblock import ROWS, Staged, read_samples, stage_bytes, storage_rows
 from .ptfile import PtTemplate, learn_template, read_tensor
 from .sources import PairSource, load_pt
 
 __all__ = ["PerSampleSource"]
 
 _SAMPLED = 8  # indices whose files' sizes and mtimes go into the fingerprint
+READ_THREADS = 8  # files read at once per worker process from storage (see _read_chunk)
+COLD_FILE_S = 50e-6  # a file read slower than this came from storage (cached: ~10 us)
 
 
 class PerSampleSource(PairSource):
@@ -51,7 +55,10 @@ class PerSampleSource(PairSource):
         self._widths = [f.width for f in families]
         self._templates: list[PtTemplate | None] | None = None
         self._plain_loads = 0
-        self._stage = np.empty(0, dtype=np.uint8)
+        self._stages: dict[int, np.ndarray] = {}
+        self._pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): not forked
+        self._cold = False  # the last inline chunk waited for storage
+        self._chunks = 0
 
     def path(self, kind: int, i: int) -> str:
         """The file of field ``kind`` (0: A, 1: B, 2: label) of sample ``i``."""
@@ -110,18 +117,45 @@ class PerSampleSource(PairSource):
         k = len(ids)
         labels = np.zeros((k, lab.nbytes), dtype=np.uint8)
         done = np.ones(k, dtype=bool)
+        outs = (*images, labels)
         for lo in range(0, k, ROWS):
             part = ids[lo : lo + ROWS]
-            for kind, out in enumerate((*images, labels)):
-                need = stage_bytes(templates[kind], len(part))
-                if self._stage.size < need:
-                    self._stage = np.empty(need, dtype=np.uint8)
-                paths = [self.path(kind, i) for i in part]
-                rows = out[lo : lo + len(part)]
-                done[lo : lo + len(part)] &= storage_rows(paths, templates[kind], rows, self._stage)
+            stages = [
+                self._staging(kind, stage_bytes(t, len(part))) for kind, t in enumerate(templates)
+            ]
+            paths = [[self.path(kind, i) for i in part] for kind in range(len(templates))]
+            staged = self._read_chunk(paths, templates, stages)
+            for field, template, out in zip(staged, templates, outs):
+                done[lo : lo + len(part)] &= storage_rows(field, template, out[lo : lo + len(part)])
         for template in templates:
             template.fast_reads += int(done.sum())
         return labels.view(lab.dtype).reshape(k).astype(np.int64), done
+
+    def _read_chunk(
+        self, paths: list[list[str]], templates: list[PtTemplate], stages: list[np.ndarray]
+    ) -> list[Staged]:
+        """:func:`~ffcv_pairs.write.ptblock.read_samples` on this thread while the files come
+        from the page cache, on :data:`READ_THREADS` threads while they come from storage
+        (their GIL hand-offs cost a fifth of a warm run). Every 8th chunk is read here and
+        timed, to notice either way."""
+        threaded = self._cold and self._chunks % 8 != 0
+        self._chunks += 1
+        if threaded:
+            if self._pool is None or self._pool[0] != os.getpid():  # a forked worker's own
+                self._pool = (os.getpid(), ThreadPoolExecutor(READ_THREADS, "ffcv-pairs-read"))
+            return read_samples(paths, templates, stages, self._pool[1])
+        t = time.perf_counter()
+        staged = read_samples(paths, templates, stages)
+        files = len(paths) * len(paths[0])
+        self._cold = time.perf_counter() - t > COLD_FILE_S * files
+        return staged
+
+    def _staging(self, kind: int, size: int) -> np.ndarray:
+        """Field ``kind``'s staging buffer, at least ``size`` bytes (kept between pages)."""
+        stage = self._stages.get(kind)
+        if stage is None or stage.size < size:
+            stage = self._stages[kind] = np.empty(size, dtype=np.uint8)
+        return stage
 
     def read_stats(self) -> tuple[int, int]:
         live = [t for t in self._templates or [] if t is not None]

@@ -20,15 +20,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
 from .ptfile import PtTemplate
 
-__all__ = ["ROWS", "read_rows", "stage_bytes", "storage_rows"]
+__all__ = ["ROWS", "Staged", "read_samples", "stage_bytes", "storage_rows"]
 
-ROWS = 256  # files per staging buffer (its size: ROWS * slot bytes)
+ROWS = 256  # samples per staging buffer (its size: ROWS * slot bytes per field)
 _NAME_LEN = slice(26, 28)  # first local header: the name's length (half of the key)
+
+
+class Staged(NamedTuple):
+    """One field's files of up to :data:`ROWS` samples: ``rows`` uint8 ``(k, slot)``, file
+    ``j`` from the first byte of row ``j``; ``lengths`` its byte count (-1: unreadable)."""
+
+    rows: np.ndarray
+    lengths: np.ndarray
 
 
 def _slot(template: PtTemplate) -> int:
@@ -39,47 +49,71 @@ def _slot(template: PtTemplate) -> int:
 
 
 def stage_bytes(template: PtTemplate, k: int) -> int:
-    """The staging buffer :func:`storage_rows` needs for ``k`` files."""
+    """The staging buffer :func:`read_samples` needs for ``k`` files of ``template``'s field."""
     return k * _slot(template)
 
 
-def read_rows(paths: Sequence[str], stage: np.ndarray, slot: int) -> np.ndarray:
-    """Each file of ``paths`` into row ``j`` of ``stage`` (uint8, ``len(paths) * slot``
-    at least); returns the byte counts read (-1: could not be opened or read)."""
-    lengths = np.empty(len(paths), dtype=np.int64)
-    view = stage.data
-    for j, path in enumerate(paths):
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            lengths[j] = -1
-            continue
-        try:
-            lengths[j] = os.readv(fd, [view[j * slot : (j + 1) * slot]])
-        except OSError:
-            lengths[j] = -1
-        finally:
-            os.close(fd)
-    return lengths
+def _read_into(path: str, row: memoryview) -> int:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return -1
+    try:
+        return os.readv(fd, [row])
+    except OSError:
+        return -1
+    finally:
+        os.close(fd)
 
 
-def storage_rows(
-    paths: Sequence[str], template: PtTemplate, out: np.ndarray, stage: np.ndarray
-) -> np.ndarray:
-    """The storage bytes of each file of ``paths`` into the row of ``out`` (uint8
-    ``(len(paths), template.nbytes)``) where its skeleton decides them; returns which rows
-    were filled (bool). The caller counts the reads (a sample whose other fields go
-    the one-file way is read again whole).
+def read_samples(
+    paths: Sequence[Sequence[str]],
+    templates: Sequence[PtTemplate],
+    stages: Sequence[np.ndarray],
+    pool: ThreadPoolExecutor | None = None,
+) -> list[Staged]:
+    """``paths[f][j]``, field ``f``'s file of sample ``j``, into row ``j`` of field ``f``'s
+    staging buffer (``stages[f]``, at least :func:`stage_bytes` long).
 
-    ``stage``: uint8, at least :func:`stage_bytes` long.
+    Sample by sample, every field of a sample before the next (the order a conversion's
+    files were most likely written in). With ``pool``, its threads take contiguous runs
+    of samples at once: ``open`` and ``readv`` release the GIL, so a cold folder is read
+    with that many requests in flight per worker instead of one, which is what a disk (or
+    a network file system) needs to reach its speed on tiny files.
     """
-    k = len(paths)
+    k = len(paths[0])
+    slots = [_slot(t) for t in templates]
+    views = [stage.data for stage in stages]
+    lengths = np.empty((len(paths), k), dtype=np.int64)
+
+    def run(j0: int, j1: int) -> None:
+        for j in range(j0, j1):
+            for f, slot in enumerate(slots):
+                lengths[f, j] = _read_into(paths[f][j], views[f][j * slot : (j + 1) * slot])
+
+    parts = 1 if pool is None else pool._max_workers
+    if parts <= 1 or k < 2 * parts:
+        run(0, k)
+    else:
+        bounds = [k * p // parts for p in range(parts + 1)]
+        list(pool.map(run, bounds[:-1], bounds[1:]))  # type: ignore[union-attr]
+    return [
+        Staged(stage[: k * slot].reshape(k, slot), lengths[f])
+        for f, (stage, slot) in enumerate(zip(stages, slots))
+    ]
+
+
+def storage_rows(staged: Staged, template: PtTemplate, out: np.ndarray) -> np.ndarray:
+    """The storage bytes of each staged file into the row of ``out`` (uint8
+    ``(k, template.nbytes)``) where its skeleton decides them; returns which rows were
+    filled (bool). The caller counts the reads (a sample whose other fields go the one-file
+    way is read again whole).
+    """
+    rows, lengths = staged
+    k, slot = rows.shape
     done = np.zeros(k, dtype=bool)
     if template.reason or not template.skeletons or k == 0:
         return done
-    slot = _slot(template)
-    lengths = read_rows(paths, stage, slot)
-    rows = stage[: k * slot].reshape(k, slot)
     names = rows[:, _NAME_LEN].copy().view(np.uint16).reshape(k)
     readable = (lengths > 0) & (lengths < slot)
     keys = lengths * 65536 + names

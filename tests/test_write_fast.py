@@ -196,7 +196,7 @@ def test_read_samples_on_threads_puts_every_file_in_its_row(tmp_path: Path) -> N
     missing.unlink()
     for pool in (None, ThreadPoolExecutor(4)):
         stages = [np.zeros(stage_bytes(t, n), np.uint8) for t in templates]
-        staged = read_samples(paths, templates, stages, pool)
+        staged = read_samples(paths, templates, stages, pool, 4)
         for f in range(3):
             for j in range(n):
                 path = Path(paths[f][j])

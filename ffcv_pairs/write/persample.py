@@ -96,7 +96,7 @@ class PerSampleSource(PairSource):
     def read_block(
         self, ids: Sequence[int], images: tuple[np.ndarray, np.ndarray], specs: Sequence[ArraySpec]
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Samples ``ids`` a field at a time (:mod:`~ffcv_pairs.write.ptblock`): the stored
+        """Samples ``ids`` at once (:mod:`~ffcv_pairs.write.ptblock`): the stored
         bytes of A and B into the rows of ``images`` (uint8 ``(len(ids), nbytes)`` each);
         returns ``(labels, done)``. A sample not ``done`` must be read by :meth:`read`.
 
@@ -143,7 +143,7 @@ class PerSampleSource(PairSource):
         if threaded:
             if self._pool is None or self._pool[0] != os.getpid():  # a forked worker's own
                 self._pool = (os.getpid(), ThreadPoolExecutor(READ_THREADS, "ffcv-pairs-read"))
-            return read_samples(paths, templates, stages, self._pool[1])
+            return read_samples(paths, templates, stages, self._pool[1], READ_THREADS)
         t = time.perf_counter()
         staged = read_samples(paths, templates, stages)
         files = len(paths) * len(paths[0])

@@ -1,8 +1,8 @@
 """Many ``.pt`` files of one field at once: one ``readv`` each, checks for all of them.
 
-The writer reads a page's samples together. Each file of a field is read with one
-``os.readv`` into its own row of a staging buffer (rows of ``slot`` bytes, a little
-more than the largest file seen, so a short read means the whole file is there).
+The writer reads a page's samples together. Each file is read with one ``os.readv``
+into its own row of its field's staging buffer (rows of ``slot`` bytes, more than the
+longest file a skeleton was learned from, so a short read means the whole file is there).
 Rows of one :func:`~ffcv_pairs.write.ptskeleton.skeleton_key` are checked against
 their learned skeleton by a few numpy operations over all of them
 (:meth:`~ffcv_pairs.write.ptskeleton.Skeleton.rows_match`), and their storage bytes
@@ -71,15 +71,16 @@ def read_samples(
     templates: Sequence[PtTemplate],
     stages: Sequence[np.ndarray],
     pool: ThreadPoolExecutor | None = None,
+    threads: int = 1,
 ) -> list[Staged]:
     """``paths[f][j]``, field ``f``'s file of sample ``j``, into row ``j`` of field ``f``'s
     staging buffer (``stages[f]``, at least :func:`stage_bytes` long).
 
     Sample by sample, every field of a sample before the next (the order a conversion's
-    files were most likely written in). With ``pool``, its threads take contiguous runs
-    of samples at once: ``open`` and ``readv`` release the GIL, so a cold folder is read
-    with that many requests in flight per worker instead of one, which is what a disk (or
-    a network file system) needs to reach its speed on tiny files.
+    files were most likely written in). With ``pool``, ``threads`` of its threads (its
+    size) take contiguous runs of samples at once: ``open`` and ``readv`` release the GIL,
+    so a cold folder is read with that many requests in flight per worker instead of one,
+    which is what a disk (or a network file system) needs to reach its speed on tiny files.
     """
     k = len(paths[0])
     slots = [_slot(t) for t in templates]
@@ -91,12 +92,11 @@ def read_samples(
             for f, slot in enumerate(slots):
                 lengths[f, j] = _read_into(paths[f][j], views[f][j * slot : (j + 1) * slot])
 
-    parts = 1 if pool is None else pool._max_workers
-    if parts <= 1 or k < 2 * parts:
+    if pool is None or threads <= 1 or k < 2 * threads:
         run(0, k)
     else:
-        bounds = [k * p // parts for p in range(parts + 1)]
-        list(pool.map(run, bounds[:-1], bounds[1:]))  # type: ignore[union-attr]
+        bounds = [k * p // threads for p in range(threads + 1)]
+        list(pool.map(run, bounds[:-1], bounds[1:]))
     return [
         Staged(stage[: k * slot].reshape(k, slot), lengths[f])
         for f, (stage, slot) in enumerate(zip(stages, slots))

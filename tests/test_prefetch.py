@@ -75,6 +75,7 @@ def test_every_page_requested_once_before_its_batch(
 ) -> None:
     spy = _Spy()
     monkeypatch.setattr(prefetch_mod, "madvise", spy)
+    monkeypatch.setattr(prefetch_mod, "resident", lambda *_: None)  # as if nothing is cached
     loader = _loader(beton, order, 3, rank=1, world=2)
     reader = PairReader(beton)
     shift = int(reader.page_shift)
@@ -102,6 +103,59 @@ def test_every_page_requested_once_before_its_batch(
         assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(chunks)), (
             f"page {page} requested twice, or with a gap"
         )
+
+
+def test_resident_pieces_are_not_requested(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CHUNK piece whose OS pages are all in memory gets no WILLNEED; a piece with one
+    page missing gets one for the whole piece."""
+    os_page = prefetch_mod.mmap.PAGESIZE
+    per = prefetch_mod.CHUNK // os_page
+    page_size = 4 * prefetch_mod.CHUNK
+    missing = {1: [3], 3: [0, per - 1]}  # piece -> its OS pages that are not in memory
+
+    def fake_resident(address: int, length: int, out: np.ndarray) -> np.ndarray:
+        vec = np.ones(length // os_page, dtype=np.uint8)
+        for piece, holes in missing.items():
+            vec[[piece * per + h for h in holes]] = 0
+        return vec
+
+    spy = _Spy()
+    monkeypatch.setattr(prefetch_mod, "madvise", spy)
+    monkeypatch.setattr(prefetch_mod, "resident", fake_resident)
+    base = 1 << 30
+    schedule = (np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    helper = Prefetcher(base, page_size, page_size, schedule, ahead=1, max_in_flight=1)
+    helper.start()
+    helper.advance(0)
+    helper.stop()
+    assert [(a - base) // prefetch_mod.CHUNK for a, _, _ in spy.calls] == sorted(missing)
+    assert all(n == prefetch_mod.CHUNK for _, n, _ in spy.calls)
+    assert helper.skipped == 4 - len(missing)
+
+
+def test_due_by_is_searchsorted() -> None:
+    """The per-batch lookup of due entries equals ``searchsorted`` by definition."""
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 7, 50):
+        fb = np.sort(rng.integers(0, 9, n)).astype(np.int64)
+        helper = Prefetcher(0, 1, 1, (fb, np.arange(n, dtype=np.int64)), 1, 1)
+        for b in range(-2, 12):
+            assert helper._due_by(b) == np.searchsorted(fb, b, side="right"), (n, b)
+
+
+def test_resident_reads_the_page_cache(beton: Path) -> None:
+    """:func:`resident` on a mapping of a file just read: every page is in memory."""
+    import mmap
+
+    data = beton.read_bytes()
+    with open(beton, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        view = np.frombuffer(m, dtype=np.uint8)
+        vec = np.empty(len(data) // mmap.PAGESIZE + 2, dtype=np.uint8)
+        there = prefetch_mod.resident(view.ctypes.data, len(data), vec)
+        assert there is not None and len(there) == -(-len(data) // mmap.PAGESIZE)
+        assert np.all(there & 1)
+        del view
+    assert prefetch_mod.resident(0, 1 << 40, np.empty(4, dtype=np.uint8)) is None  # too long
 
 
 def test_schedule_first_use_counts_both_fields() -> None:

@@ -167,7 +167,7 @@ def _quarter_turn(rp, src, dst, d0, rot):  # pragma: no cover - JIT
                     dst[d + c] = src[s + c]
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True, fastmath={"contract"})
 def _resample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
     """The region of ``place``, flipped by its flags (no quarter turn), into ``dst[d0:]``."""
     lo, hi = _column_taps(rp, place.x0, place.rw, place.hflip > 0, work)

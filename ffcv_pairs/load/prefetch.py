@@ -242,8 +242,8 @@ class Prefetcher(threading.Thread):
         systems), so one 8 MiB call would leave most of the page to faults.
 
         Pieces whose OS pages are all resident are skipped: a ``WILLNEED`` walks the
-        page cache even when there is nothing to read, which on a warm cache cost the
-        loader's cores about a tenth of their time."""
+        page cache even when there is nothing to read: on a warm cache, about 5% of the
+        loader's CPU time in a profile at 224x224."""
         offset = page * self.page_size
         end = self.address + offset + min(self.page_size, self.size - offset)
         start = (self.address + offset) & ~(mmap.PAGESIZE - 1)  # the OS page under it

@@ -133,6 +133,41 @@ def test_resident_pieces_are_not_requested(monkeypatch: pytest.MonkeyPatch) -> N
     assert helper.skipped == 4 - len(missing)
 
 
+@pytest.mark.parametrize("cold_page", [None, 3, prefetch_mod.WARM_PAGES + 5])
+def test_an_epoch_whose_first_pages_are_cached_stops_prefetching(
+    monkeypatch: pytest.MonkeyPatch, cold_page: int | None
+) -> None:
+    """Every piece in memory: the helper stops after the first WARM_PAGES pages (no
+    WILLNEED, and advance() no longer waits); a piece missing among them keeps it going to
+    the end of the schedule; one missing only after them is not asked for."""
+    os_page = prefetch_mod.mmap.PAGESIZE
+    page_size = 2 * prefetch_mod.CHUNK
+    base, n = 1 << 30, 3 * prefetch_mod.WARM_PAGES
+
+    def fake_resident(address: int, length: int, out: np.ndarray) -> np.ndarray:
+        vec = np.ones(length // os_page, dtype=np.uint8)
+        if cold_page is not None and address == base + cold_page * page_size:
+            vec[0] = 0
+        return vec
+
+    spy = _Spy()
+    monkeypatch.setattr(prefetch_mod, "madvise", spy)
+    monkeypatch.setattr(prefetch_mod, "resident", fake_resident)
+    schedule = (np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64))  # a page a batch
+    helper = Prefetcher(base, n * page_size, page_size, schedule, ahead=1, max_in_flight=n)
+    helper.start()
+    for batch in range(n):
+        helper.advance(batch)
+    helper.join(timeout=10)
+    assert not helper.is_alive()
+    if cold_page is None or cold_page >= prefetch_mod.WARM_PAGES:
+        assert spy.calls == [] and helper.warm_pages == prefetch_mod.WARM_PAGES
+        assert helper.requested < n  # stopped early
+    else:
+        assert [(a - base) // page_size for a, _, _ in spy.calls] == [cold_page]
+        assert helper.warm_pages == n - 1 and helper.requested == n
+
+
 def test_due_by_is_searchsorted() -> None:
     """The per-batch lookup of due entries equals ``searchsorted`` by definition."""
     rng = np.random.default_rng(5)

@@ -5,7 +5,9 @@ memory-mapped, warm page cache), in order, and writes each result into a batch
 buffer of ``2 * batch`` preallocated images (A and B of a batch, as the loader
 writes its batches), as fast Python code would. Per-image random parameters (crop boxes,
 factors) are drawn before timing. ``cv2.setNumThreads(1)``; one process per
-core, all at once; images/s is summed over the processes.
+core, all at once; images/s is summed over the processes. One round of every
+anchor runs after each round of the loader rows (:mod:`bench.augops`), so a
+drift in the shared host's speed reaches a row and its anchor alike.
 
 * ``resize``: ``cv2.resize(img[crop], (S/2, S/2), INTER_LINEAR)``, a box of area
   (0.35, 1) and ratio (3/4, 4/3) of the image, channels last;
@@ -33,7 +35,7 @@ import numpy as np
 from .config import BenchConfig
 from .data import DataPaths
 
-__all__ = ["ANCHORS", "anchor_rate", "measure_anchors"]
+__all__ = ["ANCHORS", "anchor_rate", "measure_anchor_round"]
 
 ANCHORS = ("resize", "bc", "bc_mean", "noise", "normalize", "pipeline")
 MEAN, STD = np.array([123.7, 116.3, 103.5]), np.array([58.4, 57.1, 57.4])
@@ -147,18 +149,16 @@ def _run_once(name: str, paths: DataPaths, batch: int, seconds: float, procs: in
     return sum(count / dt for count, dt in runs)
 
 
-def measure_anchors(cfg: BenchConfig, paths: DataPaths, side: int, batch: int) -> dict[str, Any]:
-    """Every anchor at one size: images/s summed over one process per core, best of
-    ``cfg.rounds``; ``pairs_per_s`` = that / 2."""
+def measure_anchor_round(
+    cfg: BenchConfig, paths: DataPaths, side: int, batch: int, out: dict[str, Any]
+) -> None:
+    """One round of every anchor at one size, added to ``out`` (``{anchor: row}``): images/s
+    summed over one process per core; a row keeps the best of its rounds (``images_per_s``,
+    and ``pairs_per_s`` = that / 2), as the loader rows do."""
     procs = len(os.sched_getaffinity(0))
-    out: dict[str, Any] = {}
     for name in ANCHORS:
-        rates = [_run_once(name, paths, batch, cfg.min_seconds, procs) for _ in range(cfg.rounds)]
-        out[name] = {
-            "images_per_s": max(rates),
-            "pairs_per_s": max(rates) / 2,
-            "rounds": rates,
-            "processes": procs,
-            "side": side,
-        }
-    return out
+        rate = _run_once(name, paths, batch, cfg.min_seconds, procs)
+        row = out.setdefault(name, {"rounds": [], "processes": procs, "side": side})
+        row["rounds"].append(rate)
+        row["images_per_s"] = max(row["rounds"])
+        row["pairs_per_s"] = row["images_per_s"] / 2

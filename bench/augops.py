@@ -4,9 +4,10 @@ Each op runs in this project's loader (``make_loader(..., augment=..., device="c
 default threads: the cores) on uint8 ``[3, S, S]`` pairs at S = 64 (batch 256) and
 S = 224 (batch 64), interleaved in rounds with plain decoding, one process per
 row. Its anchor is what a user would otherwise call per image
-(:mod:`bench.anchors`), measured in the same run with one single-threaded
-process per core; the anchor's pairs/s is its images/s summed over the
-processes, halved (a pair is two images).
+(:mod:`bench.anchors`), measured in the same rounds (each round runs every
+row, then every anchor) with one single-threaded process per core; the
+anchor's pairs/s is its images/s summed over the processes, halved (a pair is
+two images). Rows and anchors each keep their best round.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +143,7 @@ def _first_batches(beton: str, side: int) -> int:
 
 def measure_augops(cfg: BenchConfig, log_file: Path) -> dict[str, Any]:
     """Rows and anchors at both sizes: ``{side: {"rows": ..., "anchors": ...}}``."""
-    from .anchors import measure_anchors
+    from .anchors import measure_anchor_round
     from .rounds import measure_rounds, warm_cache
     from .runner import call_fresh
 
@@ -152,8 +154,9 @@ def measure_augops(cfg: BenchConfig, log_file: Path) -> dict[str, Any]:
         warm_cache(paths)
         keys = [_key(side, r.key) for r in AUG_ROWS]
         sized = cfg.replace(batch_size=SIZES[side])
-        rows = measure_rounds(sized, paths, keys, {}, log_file)
-        anchors = measure_anchors(cfg, paths, side, SIZES[side])
+        anchors: dict[str, Any] = {}
+        anchor_round = partial(measure_anchor_round, cfg, paths, side, SIZES[side], anchors)
+        rows = measure_rounds(sized, paths, keys, {}, log_file, after_round=anchor_round)
         out["sizes"][str(side)] = {
             "pairs": n,
             "batch": SIZES[side],

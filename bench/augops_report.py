@@ -58,7 +58,8 @@ def augops_section(res: dict[str, Any]) -> list[str]:
         "default threads, best of the interleaved rounds (plain decoding in every round). "
         f"Anchor: the op per image in OpenCV/numpy, `cv2.setNumThreads(1)`, {aug['cores']} "
         "processes (one per core) at once, same images (memory-mapped), each result written "
-        "into a batch buffer; its pairs/s = images/s summed over the processes / 2.",
+        "into a batch buffer; its pairs/s = images/s summed over the processes / 2; one "
+        "round of every anchor after each round of the rows, best round kept.",
         "",
         f"| op | {head} |",
         "|---|" + "---:|" * (4 * len(sizes)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -160,11 +161,13 @@ def measure_rounds(
     unavailable: dict[str, str],
     log_file: Path,
     early: dict[str, Future[tuple[Runner | None, float | str]]] | None = None,
+    after_round: Callable[[], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Rows of the throughput table, keyed by contestant; ``unavailable`` rows say why.
 
     ``early``: contestants already being started by :func:`start_built` (the
-    simulated ranks, whose interpreters take long to import).
+    simulated ranks, whose interpreters take long to import). ``after_round()``
+    runs after each round of every row, while the rows' loaders wait.
     """
     early = early or {}
     rows = {key: _row(key) for key in keys}
@@ -203,6 +206,8 @@ def measure_rounds(
                 run["epochs"] = epochs
                 rows[key]["runs"].append(run)
                 log.info("round %d %-14s %s samples/s", rnd + 1, key, _fmt(run["rate"]))
+            if after_round is not None:
+                after_round()
     finally:
         with ThreadPoolExecutor(len(runners) or 1) as pool:
             list(pool.map(Runner.stop, runners.values()))

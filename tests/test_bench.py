@@ -57,6 +57,8 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
         rows = res["augops"]["sizes"][side]["rows"]
         assert set(rows) == {r.key for r in AUG_ROWS}, side
         assert all(r["status"] == "ok" and r["best"] for r in rows.values()), side
+        anchors = res["augops"]["sizes"][side]["anchors"]  # one anchor round per row round
+        assert {len(a["rounds"]) for a in anchors.values()} == {len(rows["plain"]["runs"])}, side
     assert "realistic pipeline at 224x224 vs plain decode" in md
     assert {"pt_ranks_w4", "ours_4ranks"} <= set(res["memory"])
     from bench.writer_bench import JOBS

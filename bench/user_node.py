@@ -193,7 +193,10 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
         start_cap: Seconds each rank may take to import, join the group and build.
 
     Returns:
-        Per-rank counters and times, the node's samples/s (sum over ranks), memory
+        Per-rank counters and times, the node's samples/s (sum over ranks, after each
+        rank's first batch), ``life_rate``: samples delivered by all ranks over ``life_s``,
+        the seconds from launch until the row finished or was stopped (start-up included:
+        what a row that was stopped before its ranks' second batch still tells), memory
         (peak and mean, MiB), ``stopped`` (``None``, ``"memory"`` or ``"deadline"``).
     """
     ctx = mp.get_context("spawn")
@@ -212,6 +215,7 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
             roots.append(psutil.Process(p.pid))  # before anything can reap it
         with watch:
             latest, stopped = _gather(results, roots, t0 + start_cap + spec.cap + 10, watch)
+        life_s = time.perf_counter() - t0
     finally:
         left = kill_trees(roots, tuple(watch.seen.values()))
         for p in procs:
@@ -224,12 +228,15 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
             st["startup_s"] = st["build_s"] + st["first_batch_s"]
     rates = [st["rate"] for st in ranks]
     firsts = [st["t_first"] for st in ranks if "t_first" in st]
+    delivered = sum(st.get("samples", 0) for st in ranks)
     return {
         "kind": spec.kind,
         "title": spec.title,
         "workers": spec.workers,
         "ranks": ranks,
         "rate": sum(r for r in rates if r) if all(rates) else None,
+        "life_rate": delivered / life_s if delivered else None,
+        "life_s": life_s,
         "memory": _summary(watch.series, max(firsts) if len(firsts) == len(ranks) else None),
         "series": [(t - t0, m["pss"] / MIB) for t, m in watch.series],
         "stopped": stopped,

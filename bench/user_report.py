@@ -201,7 +201,9 @@ def _user(res: dict[str, Any]) -> list[str]:
         "and collated (a batch of 1000 from one pack: the advice at its best). Memory: sums "
         "over every process of the row (ranks + workers), sampled about twice a second; the "
         "mean is over the time after every rank had its first batch. A row is stopped when "
-        f"MemAvailable drops below {cfg['floor_gib']:g} GiB.",
+        f"MemAvailable drops below {cfg['floor_gib']:g} GiB. *over its life*: a row where some "
+        "rank had fewer than 2 batches has no steady rate; this is all it delivered over the "
+        "seconds from launch until it was stopped.",
         "",
         "| setup | processes | samples/s | slowest start-up s (build + first batch) "
         "| epoch gap s (median over ranks) | PSS Σ peak MiB | PSS Σ mean MiB | USS Σ peak MiB "
@@ -220,8 +222,11 @@ def _user(res: dict[str, Any]) -> list[str]:
         pss = pk.get("pss_own") if row["kind"] == "ours" else pk.get("pss")
         mpss = mean.get("pss_own") if row["kind"] == "ours" else mean.get("pss")
         title = row["title"] + (" (PSS without mapped .beton)" if row["kind"] == "ours" else "")
+        rate = _n(row["rate"])
+        if not row["rate"] and row.get("life_rate"):
+            rate = f"— ({_n(row['life_rate'])} over its life)"
         out.append(
-            f"| {title} | {pk.get('procs', 0)} | {_n(row['rate'])} | {start} | {_gap_all(row)} | "
+            f"| {title} | {pk.get('procs', 0)} | {rate} | {start} | {_gap_all(row)} | "
             f"{_n(pss)} | "
             f"{_n(mpss)} | {_n(pk.get('uss'))} | {row['min_available_gib']:.1f} | "
             f"{row['load_before']:.1f} | {_result(row)} |"

@@ -90,3 +90,25 @@ def test_user_scale_reads_what_the_writer_prints(tmp_path: Path, pairs_dir) -> N
     m = SUMMARY.search(out.stdout + out.stderr)
     assert m is not None and int(m.group(2)) == 6, out.stdout + out.stderr
     subprocess.run([sys.executable, "-c", WRITER_IMPORTS], check=True, timeout=300)
+
+
+def test_user_row_stopped_before_its_second_batch_is_judged_by_its_life_rate() -> None:
+    """The speed target of the user-scale report: a steady rate when the user's row has one,
+    else all it delivered over its life; neither: not measured."""
+    from bench.user_targets import _speed_target
+
+    def res(user: dict) -> dict:
+        ours = {"kind": "ours", "workers": 0, "rate": 500_000.0, "ranks": []}
+        lists = {"kind": "lists", "workers": 12, "ranks": [{"samples": 256}, {"samples": 0}]}
+        return {"config": {"workers": [12, 4]}, "rows": [ours, {**lists, **user}]}
+
+    def speed(user: dict) -> dict:
+        return _speed_target(res(user))
+
+    life = speed({"rate": None, "life_rate": 8.0, "life_s": 32.0})
+    assert life["value"] == 62_500 and life["verdict"] == "PASS"
+    assert "256 samples in 32.0 s" in life["note"]
+    steady = speed({"rate": 10_000.0, "life_rate": 8.0, "life_s": 32.0})
+    assert steady["value"] == 50 and steady["verdict"] == "FAIL"
+    assert "life" not in steady["note"]
+    assert speed({"rate": None, "life_rate": None})["verdict"] == "NOT MEASURED"

@@ -194,7 +194,7 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
 
     Returns:
         Per-rank counters and times, the node's samples/s (sum over ranks, after each
-        rank's first batch), ``life_rate``: samples delivered by all ranks over ``life_s``,
+        rank's first batch), ``life_rate``: the samples ``delivered`` by all ranks over ``life_s``,
         the seconds from launch until the row finished or was stopped (start-up included:
         what a row that was stopped before its ranks' second batch still tells), memory
         (peak and mean, MiB), ``stopped`` (``None``, ``"memory"`` or ``"deadline"``).
@@ -237,6 +237,7 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
         "rate": sum(r for r in rates if r) if all(rates) else None,
         "life_rate": delivered / life_s if delivered else None,
         "life_s": life_s,
+        "delivered": delivered,
         "memory": _summary(watch.series, max(firsts) if len(firsts) == len(ranks) else None),
         "series": [(t - t0, m["pss"] / MIB) for t, m in watch.series],
         "stopped": stopped,

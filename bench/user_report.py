@@ -9,7 +9,7 @@ from typing import Any
 
 from .charts import _plt
 from .report import _machine, _n
-from .user_targets import FULL, estimate_full, find_row, user_targets
+from .user_targets import FULL, estimate_full, find_row, row_rate, user_targets
 
 __all__ = ["SECTIONS", "render_user_report", "write_user_report"]
 
@@ -222,9 +222,8 @@ def _user(res: dict[str, Any]) -> list[str]:
         pss = pk.get("pss_own") if row["kind"] == "ours" else pk.get("pss")
         mpss = mean.get("pss_own") if row["kind"] == "ours" else mean.get("pss")
         title = row["title"] + (" (PSS without mapped .beton)" if row["kind"] == "ours" else "")
-        rate = _n(row["rate"])
-        if not row["rate"] and row.get("life_rate"):
-            rate = f"— ({_n(row['life_rate'])} over its life)"
+        value, over_life = row_rate(row)
+        rate = f"— ({_n(value)} over its life)" if over_life else _n(value)
         out.append(
             f"| {title} | {pk.get('procs', 0)} | {rate} | {start} | {_gap_all(row)} | "
             f"{_n(pss)} | "

@@ -7,7 +7,7 @@ from typing import Any
 
 from .targets import _target
 
-__all__ = ["FULL", "estimate_full", "find_row", "user_targets"]
+__all__ = ["FULL", "estimate_full", "find_row", "row_rate", "user_targets"]
 
 FULL = 3_000_000
 PASS, FAIL = "PASS", "FAIL"
@@ -104,23 +104,27 @@ def _memory_target(res: dict[str, Any]) -> dict[str, Any]:
     return t
 
 
+def row_rate(row: dict[str, Any]) -> tuple[float | None, bool]:
+    """A row's samples/s, and whether it is the rate over its life: a row that some rank
+    never got past its first batch (stopped by the memory floor) has no steady rate, so it is
+    judged by all it delivered over the seconds from launch until it was stopped."""
+    if not row.get("rate") and row.get("life_rate"):
+        return row["life_rate"], True
+    return row.get("rate"), False
+
+
 def _speed_target(res: dict[str, Any]) -> dict[str, Any]:
-    """ffcv-pairs' samples/s over the user's; a user row that some rank never got past its
-    first batch (stopped by the memory floor) is judged by its rate over its life: all it
-    delivered, over the seconds from launch until it was stopped."""
+    """ffcv-pairs' samples/s over the user's (:func:`row_rate`)."""
     ours, user = find_row(res, "ours"), _user12(res)
-    theirs, life = user.get("rate"), False
-    if not theirs and user.get("life_rate"):
-        theirs, life = user["life_rate"], True
+    theirs, life = row_rate(user)
     ratio = ours["rate"] / theirs if ours.get("rate") and theirs else None
     w = max(res["config"]["workers"])
     t = _check(f"loader speed vs 4 ranks x {w} workers (samples/s)", ratio, 100, "x", True)
     notes = []
     if life:
-        delivered = sum(r.get("samples", 0) for r in user["ranks"])
         notes.append(
             f"the user's row gave some rank fewer than 2 batches: its rate is over its life, "
-            f"{delivered:,} samples in {user['life_s']:.1f} s from launch until stopped"
+            f"{user['delivered']:,} samples in {user['life_s']:.1f} s from launch until stopped"
         )
     if ratio and t["verdict"] == FAIL:
         notes.append(

@@ -99,7 +99,7 @@ def test_user_row_stopped_before_its_second_batch_is_judged_by_its_life_rate() -
 
     def res(user: dict) -> dict:
         ours = {"kind": "ours", "workers": 0, "rate": 500_000.0, "ranks": []}
-        lists = {"kind": "lists", "workers": 12, "ranks": [{"samples": 256}, {"samples": 0}]}
+        lists = {"kind": "lists", "workers": 12, "delivered": 256}
         return {"config": {"workers": [12, 4]}, "rows": [ours, {**lists, **user}]}
 
     def speed(user: dict) -> dict:

@@ -131,6 +131,11 @@ def _speed_target(res: dict[str, Any]) -> dict[str, Any]:
             f"{100 / ratio:.1f}x short: ffcv-pairs {ours['rate']:,.0f} samples/s with the paired "
             f"augmentation, the user's {theirs:,.0f} samples/s"
         )
+    elif user and user.get("delivered") == 0:
+        notes.append(
+            f"the user's row delivered no sample in the {user['life_s']:.0f} s from launch until "
+            f"it was stopped ({user.get('stopped') or 'time box'}): there is no rate to divide by"
+        )
     elif user and not theirs:
         notes.append("the user's row delivered fewer than 2 batches per rank")
     if notes:

@@ -112,3 +112,11 @@ def test_user_row_stopped_before_its_second_batch_is_judged_by_its_life_rate() -
     assert steady["value"] == 50 and steady["verdict"] == "FAIL"
     assert "life" not in steady["note"]
     assert speed({"rate": None, "life_rate": None})["verdict"] == "NOT MEASURED"
+    nothing = speed(
+        {"rate": None, "life_rate": None, "delivered": 0, "life_s": 96.6, "stopped": "memory"}
+    )
+    assert nothing["verdict"] == "NOT MEASURED"
+    assert (
+        "delivered no sample in the 97 s from launch until it was stopped (memory)"
+        in nothing["note"]
+    )

@@ -112,7 +112,7 @@ def default_config() -> BenchConfig:
 
 
 def quick_config() -> BenchConfig:
-    """Under two minutes: small data, one round, the 3M start-up row left out."""
+    """About 3.5 minutes on 2 cores: small data, one round, the 3M start-up row left out."""
     return BenchConfig(
         n=2048,
         rounds=1,

@@ -2,7 +2,7 @@
 
 Run it (from the repository root, with the project's venv)::
 
-    .venv/bin/python -m bench                 # default run, about 7 minutes
+    .venv/bin/python -m bench                 # default run, about 16 minutes with the extras
     .venv/bin/python -m bench --quick         # about 3.5 minutes, small data
     .venv/bin/python bench/run.py --quick     # the same, as a script
     make bench / make bench-quick             # the same through make

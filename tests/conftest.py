@@ -25,6 +25,18 @@ def make_arrays(n: int, shape=(3, 8, 8), dtype="uint8", seed: int = 0):
     return a, b, np.arange(n, dtype=np.int64)
 
 
+def write_small_beton(
+    tmp_path: Path, n=300, shape=(3, 8, 8), dtype="uint8", page_size=4096, name="d.beton"
+) -> tuple[Path, np.ndarray, np.ndarray]:
+    """A ``.beton`` of :func:`make_arrays` (seeded with ``n``) in ``tmp_path``: (path, A, B)."""
+    from ffcv_pairs import ArraySource, write_pairs
+
+    a, b, labels = make_arrays(n, shape, dtype, seed=n)
+    path = tmp_path / name
+    write_pairs(ArraySource(a, b, labels), path, page_size=page_size, progress=False)
+    return path, a, b
+
+
 def write_per_sample(root: Path, split: str, a, b, labels) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for i in range(len(a)):

@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
-import numba
 import numpy as np
 import pytest
 import torch
-from conftest import make_arrays
+from conftest import write_small_beton as _write
 
-from ffcv_pairs import ArraySource, BetonError, PairAugment, PairReader, make_loader, write_pairs
+from ffcv_pairs import BetonError, PairAugment, PairReader, make_loader
 from ffcv_pairs.load import pipeline
-
-
-def _write(
-    tmp_path: Path, n=300, shape=(3, 8, 8), dtype="uint8", page_size=4096, name="d.beton"
-) -> tuple[Path, np.ndarray, np.ndarray]:
-    a, b, labels = make_arrays(n, shape, dtype, seed=n)
-    path = tmp_path / name
-    write_pairs(ArraySource(a, b, labels), path, page_size=page_size, progress=False)
-    return path, a, b
 
 
 @pytest.mark.parametrize("order", ["quasi_random", "random", "sequential"])
@@ -280,107 +266,6 @@ def test_process_cache_gives_the_same_batches(tmp_path: Path, order: str) -> Non
         assert all(torch.equal(p, q) for p, q in zip(x, y))
 
 
-# -- abandoned epochs: held batches, threads, buffer sets --------------------------------
-
-
-def _wait(predicate, what: str, timeout: float = 60.0) -> None:
-    """Wait for an event the loader's thread signals (a flag), not for a fixed time."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.001)
-
-
-def _producer_waits(loader) -> bool:
-    """The running epoch's producer has filled the queue and waits to put one more."""
-    return loader._active is not None and loader._active.output_queue.waiting
-
-
-@pytest.mark.parametrize("finished", [True, False], ids=["thread-finished", "thread-running"])
-def test_a_batch_held_across_an_abandoned_epoch_survives(tmp_path: Path, finished: bool) -> None:
-    """Hold the last batch taken of an abandoned epoch, take the next epoch's first batch
-    and let the loader run ahead as far as it can: the held batch keeps its bytes.
-
-    ``thread-finished`` is the case a review suspected: the abandoned epoch's thread
-    already put its last batch (never taken) and its end marker, and ended."""
-    path, a, _ = _write(tmp_path, n=2000, page_size=8192)
-    loader = make_loader(path, batch_size=10, order="random", num_threads=1)
-    it = iter(loader)
-    take = len(loader) - 1 if finished else len(loader) // 2
-    for _ in range(take):
-        held = next(it)
-    copy = [t.clone() for t in held]
-    thread = loader._active
-    if finished:
-        thread.join(60)
-        assert not thread.is_alive()
-    else:
-        _wait(lambda: _producer_waits(loader), "the producer to fill its queue")
-    del it  # abandoned, as by ``break``
-    nxt = iter(loader)
-    first = next(nxt)
-    _wait(lambda: _producer_waits(loader), "the next epoch to run ahead")
-    for t, c in zip(held, copy):
-        assert torch.equal(t, c), "a held batch was overwritten by the next epoch"
-    assert held[0].numpy().tobytes() == a[held[2].numpy()].tobytes()
-    assert first[0].numpy().tobytes() == a[first[2].numpy()].tobytes()
-    assert loader.graph.buffer_sets == 1
-
-
-def test_two_held_batches_are_safe_until_the_next_epoch_asks(tmp_path: Path) -> None:
-    """Holding the last two batches of an abandoned epoch is within the promise until the
-    next epoch's first ``next()``: its producer cannot start before (``iter`` is lazy)."""
-    path, _, _ = _write(tmp_path, n=2000, page_size=8192)
-    loader = make_loader(path, batch_size=10, order="random", num_threads=1)
-    it = iter(loader)
-    older = next(it)
-    newer = next(it)
-    for _ in range(len(loader) - 3):
-        older, newer = newer, next(it)
-    copies = [[t.clone() for t in b] for b in (older, newer)]
-    loader._active.join(60)
-    threads = threading.active_count()
-    del it
-    nxt = iter(loader)
-    assert threading.active_count() == threads, "no producer before the first next()"
-    assert loader._active is None
-    for batch, copy in zip((older, newer), copies):
-        assert all(torch.equal(t, c) for t, c in zip(batch, copy))
-    next(nxt)
-    assert loader._active is not None
-
-
-def test_abandoned_epochs_leave_no_threads_or_buffer_sets(tmp_path: Path) -> None:
-    """50 epochs abandoned at every point, some with the producer blocked on a full
-    queue (even on its final end marker, which upstream puts with no timeout)."""
-    path, _, _ = _write(tmp_path, n=300)
-    loader = make_loader(path, batch_size=16, num_threads=1)
-    n = len(loader)
-    base = threading.active_count()
-    for epoch in range(50):
-        stop = [1, 2, n // 2, n - 3, n - 2, n - 1, n][epoch % 7]
-        for k, _ in enumerate(loader):
-            if k + 1 == stop:
-                if epoch % 2 and stop < n:  # the producer runs ahead until it must wait
-                    _wait(lambda: _producer_waits(loader) or not loader._active.is_alive(), "it")
-                break
-        assert threading.active_count() == base, f"a thread was left at epoch {epoch}"
-        assert loader.graph.buffer_sets == 1, f"a new buffer set at epoch {epoch}"
-
-
-def test_an_old_epoch_iterator_ends_when_a_new_epoch_starts(tmp_path: Path) -> None:
-    path, _, _ = _write(tmp_path)
-    loader = make_loader(path, batch_size=16, order="sequential")
-    old = iter(loader)
-    next(old)
-    new = iter(loader)
-    assert next(new)[2][0].item() == 0
-    with pytest.raises(StopIteration):  # never hangs on a queue nobody fills
-        next(old)
-    assert len(list(new)) == len(loader) - 1
-
-
 # -- indices ----------------------------------------------------------------------------
 
 
@@ -415,78 +300,3 @@ def test_bad_indices(tmp_path: Path, indices, needle: str) -> None:
     path, _, _ = _write(tmp_path)
     with pytest.raises(ValueError, match=needle):
         make_loader(path, batch_size=4, indices=indices)
-
-
-# -- no global side effects -------------------------------------------------------------
-
-
-def test_import_leaves_thread_counts_as_found(tmp_path: Path) -> None:
-    """Upstream's import sets torch's and numba's thread counts to 1; ours must not, and
-    neither may reading an epoch (the epoch thread sets its own, per thread)."""
-    code = (
-        "import torch, numba\n"
-        "torch.set_num_threads(3); numba.set_num_threads(2)\n"
-        "import ffcv_pairs\n"
-        "from ffcv_pairs import make_loader\n"
-        "print(torch.get_num_threads(), numba.get_num_threads())\n"
-        f"loader = make_loader({str(_write(tmp_path)[0])!r}, batch_size=16, num_threads=1)\n"
-        "assert sum(1 for _ in loader) == len(loader)\n"
-        "print(torch.get_num_threads(), numba.get_num_threads())\n"
-    )
-    env = {**os.environ, "NUMBA_NUM_THREADS": "2", "PYTHONPATH": str(Path(__file__).parents[1])}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[:2] == ["3 2", "3 2"]
-
-
-@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
-def test_two_loaders_with_different_threads_do_not_interfere(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each epoch thread decodes with its own loader's thread count, however the two
-    loaders' batches interleave (upstream keeps one process-wide count)."""
-    from ffcv_pairs.load import decoders
-
-    seen: list[tuple[object, str, int]] = []
-
-    def spy(kernel):
-        def run(*args):
-            seen.append((threading.current_thread(), kernel.__name__, numba.get_num_threads()))
-            return kernel(*args)
-
-        return run
-
-    for name in ("decode_pairs", "decode_pairs_serial"):
-        monkeypatch.setattr(decoders, name, spy(getattr(decoders, name)))
-    path, a, _ = _write(tmp_path, n=600)
-    one = make_loader(path, batch_size=8, num_threads=1)
-    two = make_loader(path, batch_size=8, num_threads=2)
-    it1, it2 = iter(one), iter(two)
-    threads = {}
-    for _ in range(10):
-        for loader, it in ((one, it1), (two, it2)):
-            batch = next(it)
-            threads[loader._active] = loader.num_threads
-            assert batch[0].numpy().tobytes() == a[batch[2].numpy()].tobytes()
-    for thread, kernel, count in seen:
-        expected = threads[thread]
-        assert count == expected
-        assert kernel == ("decode_pairs" if expected > 1 else "decode_pairs_serial")
-
-
-def test_building_a_loader_leaves_upstreams_compiler_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Upstream's ``Compiler`` switch is process-wide: flipping it while another thread
-    builds an upstream ``Loader`` would leave that loader uncompiled."""
-    from ffcv.pipeline.compiler import Compiler
-
-    calls: list[bool] = []
-    monkeypatch.setattr(Compiler, "set_enabled", classmethod(lambda cls, b: calls.append(b)))
-    path, a, _ = _write(tmp_path)
-    loader = make_loader(path, batch_size=16, augment=PairAugment(hflip=1.0))
-    assert calls == [] and Compiler.is_enabled
-    xa, _, label = next(iter(loader))
-    assert xa.numpy().tobytes() == a[label.numpy()][..., ::-1].tobytes()

@@ -12,8 +12,11 @@ around it.
 blend of the two source rows over the columns the region uses, then a
 horizontal pass with column indices and weights computed once per sample (and
 shared by A and B, and by every plane). Three planes of a CHW image go through
-the horizontal pass together (one index and weight load for three outputs).
-Source rows are read in place: from the page cache when the decoder calls it.
+the horizontal pass together (one index and weight load for three outputs),
+eight outputs at a time where their taps fit in two 8-value windows
+(:mod:`~ffcv_pairs.kernels.lanes`: any downscale by up to 2); other outputs,
+and interleaved channels, are read tap by tap. Source rows are read in place:
+from the page cache when the decoder calls it.
 
 **Rounding.** Arithmetic is float32. A uint8 result is the float32 value rounded
 half up (0.5 is added once, in the vertical pass): within 1 of the exact
@@ -29,6 +32,7 @@ import numba as nb
 import numpy as np
 
 from .geometry import Placement, geometry_params
+from .lanes import LANES, MAX_SPAN, blend8
 
 __all__ = ["ResizePlan", "ResizeWork", "new_work", "resize_sample", "resized_crop"]
 
@@ -51,7 +55,9 @@ class ResizeWork(NamedTuple):
 
     xi: np.ndarray  # int64 (ow,): element offset of the left tap, relative to the first column
     xw: np.ndarray  # float32 (ow,): weight of the right tap
-    rows: np.ndarray  # float32 (planes, (width + 1) * pixel): vertically blended rows
+    xs: np.ndarray  # int64 (ow // 4,): window start of each 4 outputs (-1: its block has none)
+    xo: np.ndarray  # int32 (ow,): left tap's offset in its window
+    rows: np.ndarray  # float32 (planes, (width + 1) * pixel + LANES): vertically blended rows
     line: np.ndarray  # float32 (planes, ow * pixel): one output row before its cast
     turn: np.ndarray  # dst dtype (planes * oh * ow * pixel,)
 
@@ -63,7 +69,9 @@ def new_work(rp, like):  # pragma: no cover - JIT
     return ResizeWork(
         np.empty(rp.ow, np.int64),
         np.empty(rp.ow, np.float32),
-        np.empty((rp.planes, (rp.width + 1) * rp.pixel), np.float32),
+        np.empty(rp.ow // LANES * 2, np.int64),
+        np.empty(rp.ow, np.int32),
+        np.zeros((rp.planes, (rp.width + 1) * rp.pixel + LANES), np.float32),
         np.empty((rp.planes, rp.ow * rp.pixel), np.float32),
         np.empty(n, like.dtype),
     )
@@ -89,7 +97,28 @@ def _column_taps(rp, x0, rw, flip, work):  # pragma: no cover - JIT
     hi = min(max(work.xi[0], work.xi[ow - 1]) + 2, rp.width)
     for x in range(ow):
         work.xi[x] = (work.xi[x] - lo) * rp.pixel
+    if rp.pixel == 1:
+        _windows(work)
     return lo, hi
+
+
+@nb.njit(cache=True, nogil=True)
+def _windows(work):  # pragma: no cover - JIT
+    """``work.xs``/``work.xo`` from ``work.xi``, per block of :data:`LANES` outputs: each half's
+    window start and tap offsets. A block whose taps do not fit (a downscale by more than 2)
+    is marked ``xs = -1``: the scalar pass takes it."""
+    half = LANES // 2
+    for blk in range(work.xs.shape[0] // 2):
+        fits = True
+        for side in range(2):
+            x0 = blk * LANES + side * half
+            start = min(work.xi[x0], work.xi[x0 + half - 1])
+            fits = fits and max(work.xi[x0], work.xi[x0 + half - 1]) - start <= MAX_SPAN
+            work.xs[2 * blk + side] = start
+            for t in range(half):
+                work.xo[x0 + t] = work.xi[x0 + t] - start
+        if not fits:
+            work.xs[2 * blk] = -1
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -115,28 +144,49 @@ def _vertical(src, s0, rp, cols, fy, work):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def _scalar_taps(work, vs, bs, x):  # pragma: no cover - JIT
+    """Output ``x`` of every plane ``vs[j] -> bs[j]``, tap by tap (unsigned: no index checks)."""
+    a, w = np.uint64(work.xi[x]), work.xw[x]
+    for j in range(len(vs)):
+        q = vs[j][a]
+        bs[j][x] = q + (vs[j][a + np.uint64(1)] - q) * w
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _planes_row(work, vs, bs, ow):  # pragma: no cover - JIT
+    """One output row of the planes ``vs`` (blended rows) into ``bs`` (float32 lines):
+    :data:`LANES` outputs per :func:`~ffcv_pairs.kernels.lanes.blend8` where the taps fit."""
+    blocks = work.xs.shape[0] // 2
+    for blk in range(blocks):
+        if work.xs[2 * blk] >= 0:
+            blend8(vs, work.xs, work.xo, blk * LANES, work.xw, bs, blk * LANES)
+        else:
+            for x in range(blk * LANES, blk * LANES + LANES):
+                _scalar_taps(work, vs, bs, x)
+    for x in range(blocks * LANES, ow):
+        _scalar_taps(work, vs, bs, x)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def _horizontal(rp, dst, d_row, plane_out, work):  # pragma: no cover - JIT
     """One output row of every plane from ``work.rows``: ``dst[d_row + k * plane_out + ...]``.
 
-    Taps are read with unsigned indices (no negative-index checks) into a float32 line,
-    which one vectorised pass then stores in ``dst``'s dtype.
+    Planes (``pixel == 1``) go three at a time through :func:`_planes_row` (one load of the
+    taps for three outputs); interleaved channels are read tap by tap. Each plane's float32
+    line is then stored in ``dst``'s dtype by one vectorised pass.
     """
     xi, xw, ow, p = work.xi, work.xw, rp.ow, rp.pixel
-    one = np.uint64(1)
     k = 0
     if p == 1:
-        while k + 3 <= rp.planes:  # three planes per pass: one tap load for three outputs
-            v0, v1, v2 = work.rows[k], work.rows[k + 1], work.rows[k + 2]
-            b0, b1, b2 = work.line[k], work.line[k + 1], work.line[k + 2]
-            for x in range(ow):
-                a, w = np.uint64(xi[x]), xw[x]
-                q = v0[a]
-                b0[x] = q + (v0[a + one] - q) * w
-                q = v1[a]
-                b1[x] = q + (v1[a + one] - q) * w
-                q = v2[a]
-                b2[x] = q + (v2[a + one] - q) * w
+        rows, line = work.rows, work.line
+        while k + 3 <= rp.planes:
+            _planes_row(
+                work, (rows[k], rows[k + 1], rows[k + 2]), (line[k], line[k + 1], line[k + 2]), ow
+            )
             k += 3
+        while k < rp.planes:
+            _planes_row(work, (rows[k],), (line[k],), ow)
+            k += 1
     while k < rp.planes:
         v, b = work.rows[k], work.line[k]
         for x in range(ow):

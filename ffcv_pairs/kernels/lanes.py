@@ -4,9 +4,10 @@ The horizontal pass of a resize reads two taps per output at indices known only
 at run time, which numba's loops compile to two scalar loads per output (LLVM
 emits no gathers where they are slow, as on AMD). Here eight consecutive outputs
 are one vector: outputs 0-3 take their taps from one 8-value window of the row,
-outputs 4-7 from another, so two 16-byte loads per window half and an in-lane
-variable permute (``vpermilps``, one cheap instruction on every AVX CPU) fetch
-each tap for all eight outputs. The tap offsets and weights are shared by the
+outputs 4-7 from another, so four 16-byte loads (the windows' halves) and two
+in-lane variable permutes and a blend per tap (``vpermilps``, cheap on every AVX
+CPU, where a lane-crossing ``vpermps`` is not on AMD) fetch each tap for all
+eight outputs. The tap offsets and weights are shared by the
 planes of a row (one call blends up to three planes).
 
 Where the host has no AVX, :func:`blend8` builds the same vectors from scalar

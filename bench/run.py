@@ -71,7 +71,7 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small data, one round (< 2 min)")
+    p.add_argument("--quick", action="store_true", help="small data, one round (about 3.5 min)")
     p.add_argument("--out", type=Path, help="results folder (default bench/results)")
     p.add_argument("--work", type=Path, help="data folder (default bench/.work)")
     p.add_argument("--n", type=int, help="pairs in the main data set")

@@ -144,27 +144,21 @@ def _vertical(src, s0, rp, cols, fy, work):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _scalar_taps(work, vs, bs, x):  # pragma: no cover - JIT
-    """Output ``x`` of every plane ``vs[j] -> bs[j]``, tap by tap (unsigned: no index checks)."""
-    a, w = np.uint64(work.xi[x]), work.xw[x]
-    for j in range(len(vs)):
-        q = vs[j][a]
-        bs[j][x] = q + (vs[j][a + np.uint64(1)] - q) * w
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
 def _planes_row(work, vs, bs, ow):  # pragma: no cover - JIT
     """One output row of the planes ``vs`` (blended rows) into ``bs`` (float32 lines):
-    :data:`LANES` outputs per :func:`~ffcv_pairs.kernels.lanes.blend8` where the taps fit."""
-    blocks = work.xs.shape[0] // 2
-    for blk in range(blocks):
-        if work.xs[2 * blk] >= 0:
-            blend8(vs, work.xs, work.xo, blk * LANES, work.xw, bs, blk * LANES)
-        else:
-            for x in range(blk * LANES, blk * LANES + LANES):
-                _scalar_taps(work, vs, bs, x)
-    for x in range(blocks * LANES, ow):
-        _scalar_taps(work, vs, bs, x)
+    :data:`LANES` outputs per :func:`~ffcv_pairs.kernels.lanes.blend8` where the taps fit,
+    tap by tap (unsigned indices: no checks) elsewhere and for the last ``ow % LANES``."""
+    blocks, one = work.xs.shape[0] // 2, np.uint64(1)
+    for blk in range(blocks + 1):
+        x0 = blk * LANES
+        if blk < blocks and work.xs[2 * blk] >= 0:
+            blend8(vs, work.xs, work.xo, x0, work.xw, bs, x0)
+            continue
+        for x in range(x0, min(x0 + LANES, ow)):
+            a, w = np.uint64(work.xi[x]), work.xw[x]
+            for j in range(len(vs)):
+                q = vs[j][a]
+                bs[j][x] = q + (vs[j][a + one] - q) * w
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -179,14 +173,10 @@ def _horizontal(rp, dst, d_row, plane_out, work):  # pragma: no cover - JIT
     k = 0
     if p == 1:
         rows, line = work.rows, work.line
-        while k + 3 <= rp.planes:
-            _planes_row(
-                work, (rows[k], rows[k + 1], rows[k + 2]), (line[k], line[k + 1], line[k + 2]), ow
-            )
+        while k < rp.planes:  # a last plane or two is blended again: one tuple type to compile
+            k1, k2 = min(k + 1, rp.planes - 1), min(k + 2, rp.planes - 1)
+            _planes_row(work, (rows[k], rows[k1], rows[k2]), (line[k], line[k1], line[k2]), ow)
             k += 3
-        while k < rp.planes:
-            _planes_row(work, (rows[k],), (line[k],), ow)
-            k += 1
     while k < rp.planes:
         v, b = work.rows[k], work.line[k]
         for x in range(ow):

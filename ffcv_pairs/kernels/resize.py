@@ -55,7 +55,7 @@ class ResizeWork(NamedTuple):
 
     xi: np.ndarray  # int64 (ow,): element offset of the left tap, relative to the first column
     xw: np.ndarray  # float32 (ow,): weight of the right tap
-    xs: np.ndarray  # int64 (ow // 4,): window start of each 4 outputs (-1: its block has none)
+    xs: np.ndarray  # int64 (2 * (ow // LANES),): window start per half block (-1 first: no fit)
     xo: np.ndarray  # int32 (ow,): left tap's offset in its window
     rows: np.ndarray  # float32 (planes, (width + 1) * pixel + LANES): vertically blended rows
     line: np.ndarray  # float32 (planes, ow * pixel): one output row before its cast

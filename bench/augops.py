@@ -119,7 +119,7 @@ def prepare(cfg: BenchConfig, side: int, n: int) -> DataPaths:
     from .runner import call_fresh
 
     paths = DataPaths.under(cfg.work / "augops" / str(side))
-    stamp = {"n": n, "side": side, "seed": cfg.seed, "version": 1}
+    stamp = {"n": n, "side": side, "seed": cfg.seed, "version": 2}  # 2: with image stats
     stamp_file = paths.root / "stamp.json"
     if not (stamp_file.exists() and json.loads(stamp_file.read_text()) == stamp):
         paths.root.mkdir(parents=True, exist_ok=True)

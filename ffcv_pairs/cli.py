@@ -178,6 +178,7 @@ def _verify(args: argparse.Namespace) -> int:
     """Exit 0 when everything checked matches, 1 at the first mismatch (named), 2 on misuse."""
     from .format.integrity import load_manifest, split_of, verify_checksums
     from .format.reader import BetonError, PairReader
+    from .format.stats import stats_path
     from .write.compare import compare_with_source
     from .write.layouts import open_source
 
@@ -203,7 +204,11 @@ def _verify(args: argparse.Namespace) -> int:
         if bad is not None:
             print(f"FAIL: {args.file}: {bad.message}")
             return EXIT_MISMATCH
-        print(f"checksums: OK ({len(manifest.crcs())} blocks, {reader.file_size} bytes)")
+        stats = ""
+        if manifest.stats is not None:
+            found = stats_path(args.file).exists()
+            stats = "; image statistics " + ("OK" if found else "missing (optional)")
+        print(f"checksums: OK ({len(manifest.crcs())} blocks, {reader.file_size} bytes{stats})")
     if source is not None:
         store = manifest.store_dtype if manifest is not None else None
         shuffle = manifest.shuffle_seed if manifest is not None else None

@@ -130,13 +130,25 @@ def small_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def small_reference(small_src: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """The bytes of an uninterrupted 2-worker write of ``small_src``."""
+def small_reference_dir(small_src: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted 2-worker write of ``small_src``."""
     from ffcv_pairs.cli import write_main
 
     out = tmp_path_factory.mktemp("reference")
     assert write_main(small_argv(small_src, out, "--workers", "2")) == 0
-    return (out / "train.beton").read_bytes()
+    return out
+
+
+@pytest.fixture(scope="module")
+def small_reference(small_reference_dir: Path) -> bytes:
+    """The `.beton` bytes of ``small_reference_dir``."""
+    return (small_reference_dir / "train.beton").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def small_reference_stats(small_reference_dir: Path) -> bytes:
+    """The image statistics bytes of ``small_reference_dir``."""
+    return (small_reference_dir / "train.beton.stats").read_bytes()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

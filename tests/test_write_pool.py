@@ -101,7 +101,11 @@ def test_second_writer_is_refused_and_first_finishes_intact(
     (hooks / "release").touch()
     assert finish(first) == 0, (tmp_path / "log").read_text()
     assert (out / "train.beton").read_bytes() == small_reference
-    assert sorted(p.name for p in out.iterdir()) == ["train.beton", "train.beton.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "train.beton",
+        "train.beton.json",
+        "train.beton.stats",
+    ]
 
 
 def _task(x: int) -> int:

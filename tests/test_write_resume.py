@@ -13,8 +13,10 @@ from conftest import SMALL_N, small_argv
 from writer_proc import finish, start_writer
 
 from ffcv_pairs.cli import main, write_main
+from ffcv_pairs.format.sidecar import Manifest, manifest_path
 
 N = SMALL_N
+FINISHED = ["train.beton", "train.beton.json", "train.beton.stats"]
 
 
 def _resume(capsys, small_src: Path, out: Path) -> str:
@@ -26,14 +28,21 @@ def _resume(capsys, small_src: Path, out: Path) -> str:
 @pytest.mark.parametrize(
     ("point", "left"),
     [
-        ("journal@3", {".partial", ".journal"}),
-        ("finish", {".partial", ".journal"}),
-        ("rename", {"", ".journal", ".json.partial"}),
-        ("sidecar", {"", ".json", ".journal"}),
+        ("journal@3", {".partial", ".journal", ".stats.partial"}),
+        ("finish", {".partial", ".journal", ".stats.partial"}),
+        ("rename", {"", ".journal", ".json.partial", ".stats.partial"}),
+        ("stats", {"", ".json", ".journal", ".stats.partial"}),
+        ("sidecar", {"", ".json", ".journal", ".stats"}),
     ],
 )
 def test_kill_then_resume_is_byte_identical(
-    capsys, tmp_path: Path, small_src: Path, small_reference: bytes, point: str, left: set[str]
+    capsys,
+    tmp_path: Path,
+    small_src: Path,
+    small_reference: bytes,
+    small_reference_stats: bytes,
+    point: str,
+    left: set[str],
 ) -> None:
     out = tmp_path / "out"
     proc = start_writer(
@@ -43,12 +52,31 @@ def test_kill_then_resume_is_byte_identical(
     assert {p.name.removeprefix("train.beton") for p in out.iterdir()} == left
     printed = _resume(capsys, small_src, out)
     assert (out / "train.beton").read_bytes() == small_reference
-    assert sorted(p.name for p in out.iterdir()) == ["train.beton", "train.beton.json"]
+    assert (out / "train.beton.stats").read_bytes() == small_reference_stats
+    assert sorted(p.name for p in out.iterdir()) == FINISHED
     if point == "journal@3":  # pages journaled before the kill were kept, not rewritten
         kept = int(printed.split("resumed: kept ")[1].split()[0])
         assert 3 <= kept < 12
     else:
         assert "resumed: kept 12 of 12 pages" in printed
+    assert main(["verify", str(out / "train.beton")]) == 0
+
+
+def test_resume_without_the_stats_partial_finishes_without_stats(
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
+) -> None:
+    """A run interrupted before the writer kept image statistics (no ``.stats.partial``):
+    the same `.beton`, and no statistics rather than half-filled ones."""
+    out = tmp_path / "out"
+    proc = start_writer(
+        small_argv(small_src, out, "--workers", "2"), tmp_path / "log", hook="journal@3:kill"
+    )
+    assert finish(proc) == -signal.SIGKILL
+    (out / "train.beton.stats.partial").unlink()
+    assert "resumed: kept" in _resume(capsys, small_src, out)
+    assert (out / "train.beton").read_bytes() == small_reference
+    assert sorted(p.name for p in out.iterdir()) == ["train.beton", "train.beton.json"]
+    assert Manifest.load(manifest_path(out / "train.beton")).stats is None
     assert main(["verify", str(out / "train.beton")]) == 0
 
 
@@ -94,7 +122,7 @@ def test_resume_without_an_interrupted_run_writes_afresh_or_keeps_a_finished_fil
     inode = (out / "train.beton").stat().st_ino
     assert "resumed: kept 12 of 12 pages" in _resume(capsys, small_src, out)  # e.g. the first split
     assert (out / "train.beton").stat().st_ino == inode
-    assert sorted(p.name for p in out.iterdir()) == ["train.beton", "train.beton.json"]
+    assert sorted(p.name for p in out.iterdir()) == FINISHED
 
 
 def test_bad_file_mid_write_keeps_a_resumable_partial(

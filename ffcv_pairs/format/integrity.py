@@ -5,7 +5,8 @@
   CRCs, so a corrupt label or pointer is refused, not loaded.
 * :func:`verify_checksums` streams the whole file and names the first bad
   block: header/metadata, data page (with its samples) or allocation table;
-  then checks the whole-file digest (either sidecar format).
+  then checks the whole-file digest (either sidecar format), and the image
+  statistics file against its SHA-256 when the sidecar lists one.
 
 Comparing samples with their sources is :mod:`ffcv_pairs.write.compare`.
 """
@@ -24,6 +25,7 @@ import numpy as np
 from .reader import BetonError, PairReader
 from .schema import PairSchema
 from .sidecar import Manifest, block_digest, manifest_path, root_digest
+from .stats import hash_stats, open_stats, stats_path
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ __all__ = [
     "check_tables",
     "describe_block",
     "load_manifest",
+    "load_stats",
     "open_beton",
     "split_of",
     "verify_checksums",
@@ -59,6 +62,16 @@ def load_manifest(reader: PairReader) -> Manifest | None:
     if manifest.num_samples != reader.num_samples or manifest.page_size != reader.page_size:
         raise BetonError(f"{reader.path}: header does not match its manifest {path.name}")
     return manifest
+
+
+def load_stats(reader: PairReader) -> tuple[np.ndarray, dict[str, str | None]] | None:
+    """``reader``'s image statistics (:func:`~ffcv_pairs.format.stats.open_stats`) and how
+    each field was summed; None when the file has none that belong to it."""
+    manifest = load_manifest(reader)
+    if manifest is None or manifest.stats is None:
+        return None
+    records = open_stats(reader.path, manifest.stats, manifest.root_sha256, reader.num_samples)
+    return None if records is None else (records, dict(manifest.stats["layouts"]))
 
 
 def open_beton(path: str | os.PathLike[str], full_check: bool = False) -> PairReader:
@@ -153,6 +166,24 @@ def verify_checksums(reader: PairReader, manifest: Manifest) -> Mismatch | None:
         return Mismatch(
             f"whole-file digest {got[:16]}.. differs from the manifest's "
             f"{manifest.digest_kind} {manifest.digest[:16]}.. although every block CRC matches"
+        )
+    return _verify_stats(reader, manifest)
+
+
+def _verify_stats(reader: PairReader, manifest: Manifest) -> Mismatch | None:
+    """The image statistics file against the sidecar's SHA-256 (a missing one is only
+    logged: the loader then computes the means itself)."""
+    if manifest.stats is None:
+        return None
+    path = stats_path(reader.path)
+    if not path.exists():
+        log.warning("%s: its image statistics %s are missing", reader.path, path.name)
+        return None
+    got = hash_stats(path)
+    if got != manifest.stats.get("sha256"):
+        return Mismatch(
+            f"image statistics {path.name}: SHA-256 {got[:16]}.. differs from the manifest's "
+            f"{str(manifest.stats.get('sha256'))[:16]}..: corrupt, or another conversion's"
         )
     return None
 

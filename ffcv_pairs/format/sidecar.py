@@ -109,6 +109,9 @@ class Manifest:
         permutation: Name and version of that permutation (``feistel-mix64/1``).
         fingerprint: What identified the source and settings (see
             :mod:`ffcv_pairs.write.journal`), so ``--resume`` can skip a finished file.
+        stats: The image-statistics sidecar (:mod:`~ffcv_pairs.format.stats`):
+            ``{"format", "file", "sha256", "layouts": {field: layout or None}}``;
+            None: not written (no uint8 field, or a resumed run that started without it).
     """
 
     schema: dict[str, Any]
@@ -126,6 +129,7 @@ class Manifest:
     shuffle_seed: int | None = None
     permutation: str | None = None
     fingerprint: dict[str, Any] | None = None
+    stats: dict[str, Any] | None = None
     format: str = MANIFEST_FORMAT
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 

@@ -4,7 +4,7 @@ LLVM lowers ``reduce.add(zext <64 x i8>)`` to ``psadbw`` on x86 (eight 8-byte su
 per instruction); numba's own loop over ``uint8`` widens every byte to 32 bits
 first and runs at less than half that speed. The image means of the contrast op
 are sums like these: :func:`clamped_sums` gives what a brightness that clamps at 255 needs in
-one pass.
+one pass, and the writer's per-image statistics (:func:`image_stats`) are made of them.
 """
 
 from __future__ import annotations
@@ -15,18 +15,20 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["WIDTH", "clamped_sums"]
+__all__ = ["STATS_FIRST", "STATS_LAST", "STATS_TOTAL", "WIDTH", "clamped_sums", "image_stats"]
 
 WIDTH = 64  # bytes per vector
+# How image_stats sums an image's values (see ffcv_pairs.format.stats.stats_layout).
+STATS_FIRST, STATS_LAST, STATS_TOTAL = 0, 1, 2
 
 
-def _reduce(builder, vec):
-    """``sum(zext(vec))`` as i32."""
-    wide_t = ir.VectorType(ir.IntType(32), WIDTH)
+def _reduce(builder, vec, width=WIDTH):
+    """``sum(zext(vec))`` as i32 (``vec``: ``width`` bytes)."""
+    wide_t = ir.VectorType(ir.IntType(32), width)
     fn = cgutils.get_or_insert_function(
         builder.module,
         ir.FunctionType(ir.IntType(32), [wide_t]),
-        f"llvm.vector.reduce.add.v{WIDTH}i32",
+        f"llvm.vector.reduce.add.v{width}i32",
     )
     return builder.call(fn, [builder.zext(vec, wide_t)])
 
@@ -61,6 +63,27 @@ def _sums64(typingctx, arr, start, floor):  # pragma: no cover - JIT
     return sig, codegen
 
 
+@intrinsic
+def _channel_sums48(typingctx, arr, start):  # pragma: no cover - JIT
+    """The sums of the values ``x[q]`` with ``q % 3 == 0, 1, 2`` of the 48 bytes ``x`` at
+    ``arr[start:]`` (16 interleaved 3-channel pixels), from one load and three masks."""
+    sig = types.UniTuple(types.int64, 3)(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        vec_t = ir.VectorType(ir.IntType(8), 48)
+        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), vec_t.as_pointer())
+        x = builder.load(ptr, align=1)
+        sums = []
+        for c in range(3):
+            mask = ir.Constant(vec_t, [255 if q % 3 == c else 0 for q in range(48)])
+            total = _reduce(builder, builder.and_(x, mask), 48)
+            sums.append(builder.zext(total, ir.IntType(64)))
+        return context.make_tuple(builder, signature.return_type, sums)
+
+    return sig, codegen
+
+
 @nb.njit(cache=True, nogil=True)
 def clamped_sums(seg, t):  # pragma: no cover - JIT
     """``(sum of the values below t, count of the values >= t)`` over a uint8 segment
@@ -79,3 +102,38 @@ def clamped_sums(seg, t):  # pragma: no cover - JIT
             above, count = above + v - floor, count + 1
     # Each value >= t adds v to the total and v - floor to above.
     return total - above - floor * count, count
+
+
+@nb.njit(cache=True, nogil=True)
+def image_stats(images, kind, out):  # pragma: no cover - JIT
+    """Per uint8 image (a row of ``images``, ``(k, n)``): ``out[i] = [max, s0, s1, s2]``
+    (``out``: uint32 ``(k, 4)``). ``kind`` :data:`STATS_FIRST`: the sums of the three
+    planes of ``n // 3`` values; :data:`STATS_LAST`: of the three interleaved channels;
+    :data:`STATS_TOTAL`: ``s0`` the sum of all values, ``s1 = s2 = 0``."""
+    n = images.shape[1]
+    for i in range(images.shape[0]):
+        x = images[i]
+        top = np.uint8(0)
+        for j in range(n):
+            top = max(top, x[j])
+        out[i, 0] = top
+        out[i, 1], out[i, 2], out[i, 3] = 0, 0, 0
+        if kind == STATS_FIRST:
+            p = n // 3
+            for c in range(3):
+                out[i, 1 + c] = clamped_sums(x[c * p : (c + 1) * p], 256)[0]
+        elif kind == STATS_LAST:
+            s0, s1, s2, j = np.int64(0), np.int64(0), np.int64(0), 0
+            while j + 48 <= n:
+                a, b, c = _channel_sums48(x, j)
+                s0, s1, s2, j = s0 + a, s1 + b, s2 + c, j + 48
+            for q in range(j, n):  # j is a multiple of 3
+                if q % 3 == 0:
+                    s0 += x[q]
+                elif q % 3 == 1:
+                    s1 += x[q]
+                else:
+                    s2 += x[q]
+            out[i, 1], out[i, 2], out[i, 3] = s0, s1, s2
+        else:
+            out[i, 1] = clamped_sums(x, 256)[0]

@@ -6,8 +6,11 @@ resized crop of :mod:`resize`, which reads only the region's rows), then the
 photometric ops and the output dtype in one vectorised pass
 (:func:`~ffcv_pairs.kernels.pixels.finish_image`). Without geometry the pass
 reads the stored image in place; otherwise the geometry writes a per-thread
-staging image that stays in cache. So each byte is read from memory once (twice
-with contrast, whose mean needs a pass of its own) and each output written once.
+staging image that stays in cache. So each byte is read from memory once and each
+output written once. Contrast needs the image's mean first: from the file's stored
+statistics when the geometry keeps every pixel (flips and quarter turns) and no value
+clamps (:func:`~ffcv_pairs.kernels.photometric.stored_mean`), otherwise from a pass of
+its own over the image.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 
 from .decode import BatchRefs
 from .geometry import geometry_params
-from .photometric import ChannelLayout, PixelDraw, draw_pixels, image_mean
+from .photometric import ChannelLayout, PixelDraw, draw_pixels, image_mean, stored_mean
 from .pixels import OUT_UINT8, OutputSpec, new_pixel_work
 from .pixels import finish_image as finish
 from .planes import PlaneMove, move_plane
@@ -33,10 +36,13 @@ class FusedOps(NamedTuple):
     photometric op is on), the output ``kind`` (``OUT_*`` of :mod:`pixels`), ``norm`` float32
     ``(2, 2, channels)`` (per field: mean and 1/std), the noise ``table``, ``fills``
     (uint8 ``(2, pixel)``: constant padding of A and of B), the ``clock``
-    (``[seed, epoch]``, read by reference: a new epoch needs no recompiling) and
-    ``threads``: the loader's threads; :func:`fused_pairs` splits a batch into
-    ``4 * threads`` parts (each allocates its scratch once; more parts than threads
-    keep a thread that another process slows down from holding up the batch)."""
+    (``[seed, epoch]``, read by reference: a new epoch needs no recompiling),
+    ``stats`` (read-only uint32 ``(samples, 2, 4)``: the file's image statistics, or no
+    rows), ``stats_use`` (bool ``(2,)``: field ``t``'s contrast mean may come from
+    ``stats[sample, t]``) and ``threads``: the loader's threads; :func:`fused_pairs`
+    splits a batch into ``4 * threads`` parts (each allocates its scratch once; more
+    parts than threads keep a thread that another process slows down from holding up
+    the batch)."""
 
     photometric: bool
     kind: int
@@ -44,6 +50,8 @@ class FusedOps(NamedTuple):
     table: np.ndarray
     fills: np.ndarray
     clock: np.ndarray
+    stats: np.ndarray
+    stats_use: np.ndarray
     threads: int
 
 
@@ -123,7 +131,11 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
         draw = PixelDraw(1.0, 1.0, 0.0, np.uint64(0))
         if ops.photometric:
             draw = draw_pixels(job.photo, clock, sid, t)
-        mean = image_mean(x, lay, draw.bright, True) if job.photo.contrast > 0 else 0.0
+        mean = -1.0 if job.photo.contrast > 0 else 0.0
+        if mean < 0.0 and ops.stats_use[t]:
+            mean = stored_mean(ops.stats[sid, t], lay, draw.bright)
+        if mean < 0.0:
+            mean = image_mean(x, lay, draw.bright, True)
         finish(x, out, lay, draw, mean, OutputSpec(ops.kind, ops.norm[t], ops.table), work.pixels)
 
 
@@ -155,7 +167,7 @@ def fused_pairs(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no
     # not tuples of arrays nor nested named tuples: unpack here, regroup inside the loop.
     ids, rows, ptr_a, ptr_b = batch
     out_a, out_b = outs
-    photometric, kind, norm, table, fills, clock, threads = ops
+    photometric, kind, norm, table, fills, clock, stats, stats_use, threads = ops
     n = len(ids)
     chunks = max(1, min(n, 4 * threads))
     for t in nb.prange(chunks):
@@ -166,7 +178,7 @@ def fused_pairs(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no
             (plan_a, plan_b),
             geo,
             photo,
-            FusedOps(photometric, kind, norm, table, fills, clock, threads),
+            FusedOps(photometric, kind, norm, table, fills, clock, stats, stats_use, threads),
         )
         _fused_range(t * n // chunks, (t + 1) * n // chunks, job)
 

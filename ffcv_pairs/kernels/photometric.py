@@ -39,6 +39,7 @@ __all__ = [
     "draw_pixels",
     "image_mean",
     "photometric",
+    "stored_mean",
 ]
 
 LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
@@ -102,40 +103,78 @@ def _threshold(bright):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _channel_sum(x, lay, channel, bright, integer):  # pragma: no cover - JIT
-    """Sum over one channel of ``min(bright * x, 255)`` (``integer``) or ``bright * x``."""
-    t = _threshold(bright) if integer else 1 << 30
+def _channel_sums(x, lay, channel, t):  # pragma: no cover - JIT
+    """Over one channel of the uint8 image ``x``: ``(sum of the values below t, count of
+    the values >= t)``."""
+    if lay.pixel == 1:
+        return clamped_sums(x[channel * lay.plane_size : (channel + 1) * lay.plane_size], t)
+    low, high = np.int64(0), np.int64(0)
+    for j in range(channel, lay.plane_size, lay.pixel):
+        v = np.int64(x[j])
+        low += v if v < t else 0
+        high += 1 if v >= t else 0
+    return low, high
+
+
+@nb.njit(cache=True, nogil=True)
+def _float_sum(x, lay, channel):  # pragma: no cover - JIT
+    """The sum over one channel of the float image ``x``."""
     if lay.pixel == 1:
         seg = x[channel * lay.plane_size : (channel + 1) * lay.plane_size]
-        if not integer:
-            return bright * np.sum(seg.astype(np.float64))
-        low, high = clamped_sums(seg, t)
-        return bright * low + 255.0 * high
-    low, high, total = np.int64(0), np.int64(0), 0.0
+        return np.sum(seg.astype(np.float64))
+    total = 0.0
     for j in range(channel, lay.plane_size, lay.pixel):
-        if integer:
-            v = np.int64(x[j])
-            low += v if v < t else 0
-            high += 1 if v >= t else 0
-        else:
-            total += np.float64(x[j])
-    return bright * low + 255.0 * high if integer else bright * total
+        total += np.float64(x[j])
+    return total
 
 
 @nb.njit(cache=True, nogil=True)
 def image_mean(x, lay, bright, integer):  # pragma: no cover - JIT
-    """The contrast mean ``m`` of one image ``x`` (1-d) after brightness ``bright``."""
+    """The contrast mean ``m`` of one image ``x`` (1-d) after brightness ``bright``
+    (``integer``: uint8, where brightness clamps at 255).
+
+    For uint8 every value is summed exactly as an integer; with ``high`` the count of
+    values that clamp, a channel's sum after brightness is ``bright * low + 255 * high``.
+    """
     channels = lay.planes * lay.pixel
     pixels = lay.planes * lay.plane_size // channels
+    if not integer:
+        total = 0.0
+        for k in range(channels):
+            total += (LUMA[k] if channels == 3 else 1.0) * (bright * _float_sum(x, lay, k))
+        return total / (pixels if channels == 3 else pixels * channels)
+    t = _threshold(bright)
     if channels == 3:
         total = 0.0
         for k in range(3):
-            total += LUMA[k] * _channel_sum(x, lay, k, bright, integer)
+            low, high = _channel_sums(x, lay, k, t)
+            total += LUMA[k] * (bright * low + 255.0 * high)
         return total / pixels
-    total = 0.0
+    lows, highs = np.int64(0), np.int64(0)
     for k in range(channels):
-        total += _channel_sum(x, lay, k, bright, integer)
-    return total / (pixels * channels)
+        low, high = _channel_sums(x, lay, k, t)
+        lows, highs = lows + low, highs + high
+    return (bright * lows + 255.0 * highs) / (pixels * channels)
+
+
+@nb.njit(cache=True, nogil=True)
+def stored_mean(rec, lay, bright):  # pragma: no cover - JIT
+    """:func:`image_mean` of a uint8 image from its stored statistics ``rec``
+    (``[max, s0, s1, s2]``, :mod:`~ffcv_pairs.format.stats`, summed in ``lay``'s channel
+    order when it has 3 channels), the same float64 value; -1 when a value would clamp
+    (the sums then do not give the mean)."""
+    if np.int64(rec[0]) >= _threshold(bright):
+        return -1.0
+    channels = lay.planes * lay.pixel
+    pixels = lay.planes * lay.plane_size // channels
+    none = np.int64(0)  # no value clamps: the terms image_mean adds are 255 * 0
+    if channels == 3:
+        total = 0.0
+        for k in range(3):
+            total += LUMA[k] * (bright * np.int64(rec[1 + k]) + 255.0 * none)
+        return total / pixels
+    lows = np.int64(rec[1]) + np.int64(rec[2]) + np.int64(rec[3])
+    return (bright * lows + 255.0 * none) / (pixels * channels)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

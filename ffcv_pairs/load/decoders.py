@@ -80,6 +80,8 @@ class PairDecoder(Operation):
         page_shift: ``log2`` of the file's page size (to find pages in the process cache).
         plan: Where the ops run (see :mod:`~ffcv_pairs.augment.plan`); with ``plan.fused``
             the decoder applies every CPU op (:mod:`~ffcv_pairs.kernels.fused`).
+        stats: The file's image statistics and how each field was summed (see
+            :mod:`~ffcv_pairs.format.stats`), or None.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class PairDecoder(Operation):
         clock: np.ndarray,
         page_shift: np.uint64,
         plan: StagePlan | None = None,
+        stats: tuple[np.ndarray, dict[str, str | None]] | None = None,
     ):
         super().__init__()
         layouts = augment.layouts(schema) if augment is not None else {}
@@ -98,7 +101,7 @@ class PairDecoder(Operation):
         ]
         self.fused = None
         if augment is not None and plan is not None and plan.fused:
-            self.fused = fused_config(augment, schema, plan, clock)
+            self.fused = fused_config(augment, schema, plan, clock, stats)
             for out, shape in zip(self.fields, self.fused.shapes):
                 out.out_shape, out.dtype = shape, self.fused.dtype
         geometric = augment is not None and augment.has_geometry and augment.crop_scale is None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..augment.config import PairAugment
+from ..augment.config import ImageLayout, PairAugment
 from ..augment.plan import StagePlan
 from ..format.schema import PairSchema
 from ..kernels.decode import FieldPlan
@@ -58,12 +58,40 @@ def _norm(augment: PairAugment, channels: int) -> np.ndarray:
     return norm
 
 
+def _no_stats() -> np.ndarray:
+    empty = np.zeros((0, 2, 4), dtype=np.uint32)
+    empty.setflags(write=False)  # the same array type as a mapped stats file
+    return empty
+
+
+def _stats_use(
+    augment: PairAugment, layouts: dict[str, ImageLayout], stored: dict[str, str | None]
+) -> np.ndarray:
+    """Whether each field's contrast mean may come from its stored statistics: contrast
+    is on, the geometry moves every pixel without dropping or adding any (flips, quarter
+    turns), and a 3-channel image was summed per channel in the loader's channel order."""
+    keeps_pixels = augment.crop is None and not any(augment.translate)  # crop_scale: a crop
+    use = np.zeros(2, dtype=np.bool_)
+    for t, (name, lay) in enumerate(layouts.items()):
+        summed = stored.get(name)
+        per_channel = lay.num_channels != 3 or summed == lay.channels
+        use[t] = augment.contrast > 0 and keeps_pixels and summed is not None and per_channel
+    return use
+
+
 def fused_config(
-    augment: PairAugment, schema: PairSchema, plan: StagePlan, clock: np.ndarray
+    augment: PairAugment,
+    schema: PairSchema,
+    plan: StagePlan,
+    clock: np.ndarray,
+    stats: tuple[np.ndarray, dict[str, str | None]] | None = None,
 ) -> FusedConfig:
-    """The :class:`FusedConfig` of ``augment`` on uint8 files of ``schema``."""
+    """The :class:`FusedConfig` of ``augment`` on uint8 files of ``schema``; ``stats``: the
+    file's image statistics and how each field was summed (see
+    :mod:`~ffcv_pairs.format.stats`), or None."""
     layouts = augment.layouts(schema)
     a, b = (layouts[n] for n in schema.IMAGE_FIELDS)
+    records, stored = (_no_stats(), {}) if stats is None else stats
     plans = [FieldPlan(lay.planes, lay.height, lay.width, lay.pixel) for lay in (a, b)]
     fills = np.full((2, max(a.pixel, b.pixel)), augment.fill, dtype=np.float64)
     kind, dtype = _KINDS[plan.output_dtype]
@@ -74,6 +102,8 @@ def fused_config(
         table=normal_table(),
         fills=np.clip(fills, 0, 255).astype(np.uint8),
         clock=clock,
+        stats=records,
+        stats_use=_stats_use(augment, {n: layouts[n] for n in schema.IMAGE_FIELDS}, stored),
         threads=1,
     )
     return FusedConfig(

@@ -33,7 +33,7 @@ from ffcv.transforms import ToDevice, ToTensor
 from ..augment.config import PairAugment
 from ..augment.ops import cpu_ops, device_ops
 from ..augment.plan import stage_plan
-from ..format.integrity import open_beton
+from ..format.integrity import load_stats, open_beton
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
 from .config import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig
@@ -129,7 +129,10 @@ class PairLoader:
             to_device = [ToDevice(self.device, non_blocking=True)]
         b_ptrs = self.reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
         plan = stage_plan(aug, self.schema, on_cpu=self.device.type == "cpu")
-        decoder = PairDecoder(self.schema, b_ptrs, aug, self._clock, self.reader.page_shift, plan)
+        stats = load_stats(self.reader) if aug is not None and aug.contrast > 0 else None
+        decoder = PairDecoder(
+            self.schema, b_ptrs, aug, self._clock, self.reader.page_shift, plan, stats
+        )
         specs: dict[str, PipelineSpec] = {}
         for index, name in enumerate(PairSchema.IMAGE_FIELDS):
             out = decoder.fields[index]

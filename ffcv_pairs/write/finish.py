@@ -6,9 +6,12 @@ one, never a mix, and a ``--resume`` that can tell which step was reached:
 1. allocation table, fsync, header, fsync (only now is ``OUT.partial`` readable);
 2. digest the header/metadata and allocation-table blocks (read back: about 72
    bytes per sample) and derive the whole-file digest from all block digests;
-3. ``OUT.json.partial``, fsynced; remove the old ``OUT.json``;
-4. rename ``OUT.partial`` to ``OUT``, then ``OUT.json.partial`` to ``OUT.json``;
-   fsync the directory; the caller then removes the journal.
+   with image statistics, write the header of ``OUT.stats.partial`` (it names that
+   digest), fsync it and hash it (32 bytes per sample);
+3. ``OUT.json.partial``, fsynced; remove the old ``OUT.json`` and ``OUT.stats``;
+4. rename ``OUT.partial`` to ``OUT``, then ``OUT.json.partial`` to ``OUT.json``,
+   then ``OUT.stats.partial`` to ``OUT.stats``; fsync the directory; the caller
+   then removes the journal.
 """
 
 from __future__ import annotations
@@ -20,9 +23,17 @@ from typing import Any
 
 from ..format.layout import BetonLayout
 from ..format.sidecar import Manifest, block_digest, manifest_path, root_digest
+from ..format.stats import field_layouts, hash_stats, stats_header, stats_path, stats_size
 from .testhook import hook
 
-__all__ = ["Outputs", "complete_renames", "finish_file", "fsync_dir", "up_to_date"]
+__all__ = [
+    "Outputs",
+    "complete_renames",
+    "finish_file",
+    "fsync_dir",
+    "open_stats_partial",
+    "up_to_date",
+]
 
 PageDigests = dict[int, tuple[int, bytes]]
 _ALLOC_CHUNK = 1 << 20  # samples per slice of the allocation table
@@ -36,15 +47,19 @@ class Outputs:
     partial: Path
     sidecar: Path
     sidecar_partial: Path
+    stats: Path
+    stats_partial: Path
 
     @classmethod
     def of(cls, out: Path) -> Outputs:
-        sidecar = manifest_path(out)
+        sidecar, stats = manifest_path(out), stats_path(out)
         return cls(
             out,
             out.with_name(out.name + ".partial"),
             sidecar,
             sidecar.with_name(sidecar.name + ".partial"),
+            stats,
+            stats.with_name(stats.name + ".partial"),
         )
 
 
@@ -56,6 +71,24 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def open_stats_partial(files: Outputs, layout: BetonLayout, resumed: bool) -> int | None:
+    """``OUT.stats.partial`` opened for the page phase: created at its full size, or on
+    resume the one the interrupted run was filling. None when no field is uint8, or when a
+    resumed run has none (it began before the writer kept statistics): that file is then
+    finished without them."""
+    path, size = files.stats_partial, stats_size(layout.num_samples)
+    if not any(field_layouts(layout.schema).values()):
+        return None
+    if resumed and not (path.exists() and path.stat().st_size == size):
+        path.unlink(missing_ok=True)
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if not resumed:
+        os.ftruncate(fd, 0)
+        os.ftruncate(fd, size)
+    return fd
+
+
 def _table_blocks(layout: BetonLayout) -> list[int]:
     """Blocks that hold the header, field table, metadata and allocation table."""
     ps = layout.page_size
@@ -65,9 +98,15 @@ def _table_blocks(layout: BetonLayout) -> list[int]:
 
 
 def finish_file(
-    fd: int, files: Outputs, layout: BetonLayout, manifest: Manifest, pages: PageDigests
+    fd: int,
+    files: Outputs,
+    layout: BetonLayout,
+    manifest: Manifest,
+    pages: PageDigests,
+    stats_fd: int | None = None,
 ) -> None:
-    """Steps 1-4 of the module docstring; ``pages`` holds every data page's digests."""
+    """Steps 1-4 of the module docstring; ``pages`` holds every data page's digests;
+    ``stats_fd``: ``OUT.stats.partial``, all records written (None: no statistics)."""
     for start in range(0, layout.num_samples, _ALLOC_CHUNK):
         stop = min(layout.num_samples, start + _ALLOC_CHUNK)
         rows = layout.alloc_rows(start, stop)
@@ -87,12 +126,22 @@ def finish_file(
     assert order == list(range(len(order))), "a block of the file has no digest"
     manifest.block_crc32 = Manifest.encode_crcs([blocks[b][0] for b in order])
     manifest.root_sha256 = root_digest(blocks[b][1] for b in order)
+    if stats_fd is not None and manifest.stats is not None:
+        os.pwrite(stats_fd, stats_header(manifest.root_sha256, layout.num_samples), 0)
+        os.fsync(stats_fd)
+        manifest.stats["sha256"] = hash_stats(files.stats_partial)
+    else:
+        manifest.stats = None
     manifest.save(files.sidecar_partial)
     # A stale sidecar must never sit next to the new file: drop it first.
     files.sidecar.unlink(missing_ok=True)
+    files.stats.unlink(missing_ok=True)
     os.replace(files.partial, files.out)
     hook("rename")
     os.replace(files.sidecar_partial, files.sidecar)
+    hook("stats")
+    if manifest.stats is not None:
+        os.replace(files.stats_partial, files.stats)
     fsync_dir(files.out)
     hook("sidecar")
 
@@ -116,15 +165,16 @@ def complete_renames(files: Outputs, layout: BetonLayout, pages: PageDigests) ->
     """Finish step 4 of a run killed after renaming ``OUT.partial``; False if it was not."""
     if not files.out.exists():
         return False
-    if files.sidecar_partial.exists() and _matches(files.sidecar_partial, files, layout, pages):
+    if files.sidecar_partial.exists():
+        if not _matches(files.sidecar_partial, files, layout, pages):
+            return False
         os.replace(files.sidecar_partial, files.sidecar)
-        fsync_dir(files.out)
-        return True
-    return (
-        not files.sidecar_partial.exists()
-        and files.sidecar.exists()
-        and _matches(files.sidecar, files, layout, pages)
-    )
+    elif not (files.sidecar.exists() and _matches(files.sidecar, files, layout, pages)):
+        return False
+    if files.stats_partial.exists():  # complete: written before OUT.json.partial
+        os.replace(files.stats_partial, files.stats)
+    fsync_dir(files.out)
+    return True
 
 
 def up_to_date(files: Outputs, fingerprint: dict[str, Any]) -> bool:

@@ -12,6 +12,9 @@ A task is one of (see :mod:`~ffcv_pairs.write.plan`):
   pages at either end, shared with the neighbouring range, get only this range's
   slots, and the writer digests them once every range touching them is done.
 
+Both also write each sample's image statistics (:mod:`~ffcv_pairs.format.stats`) to
+``OUT.stats.partial``, at the sample's position, when the job has any.
+
 The job (source, layout, converter) is inherited through ``fork``, never pickled.
 """
 
@@ -35,14 +38,36 @@ import numpy as np
 from ..format.layout import BetonLayout
 from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema
 from ..format.sidecar import block_digest
+from ..format.stats import RECORD_SHAPE, field_layouts, record_offset
+from ..kernels.bytesums import STATS_FIRST, STATS_LAST, STATS_TOTAL, image_stats
 from .batched import BatchedSource
 from .permute import Permutation
 from .sources import PairSource, SourceError, cast_to_store, to_array, to_label
 from .testhook import hook
 
-__all__ = ["Converter", "Job", "TaskResult", "pwrite_all", "run_task", "set_job", "worker_init"]
+__all__ = [
+    "Converter",
+    "Job",
+    "TaskResult",
+    "pwrite_all",
+    "run_task",
+    "set_job",
+    "stats_kinds",
+    "worker_init",
+]
 
 _PR_SET_PDEATHSIG = 1
+_STATS_KINDS: dict[str | None, int] = {
+    "first": STATS_FIRST,
+    "last": STATS_LAST,
+    "total": STATS_TOTAL,
+}
+
+
+def stats_kinds(schema: PairSchema) -> tuple[int, int]:
+    """How each field's image statistics are summed (``STATS_*``; -1: none, not uint8)."""
+    a, b = (_STATS_KINDS.get(lay, -1) for lay in field_layouts(schema).values())
+    return a, b
 
 
 class Converter:
@@ -104,7 +129,11 @@ class Converter:
 
 @dataclass
 class Job:
-    """What a worker process needs; ``inherited_fds`` are the parent's, closed in workers."""
+    """What a worker process needs; ``inherited_fds`` are the parent's, closed in workers.
+
+    ``stats``: the image-statistics file to fill (None: none); ``stats_kinds``: how each
+    field's sums are taken (``STATS_*`` of :mod:`~ffcv_pairs.kernels.bytesums`; -1: none).
+    """
 
     source: PairSource
     layout: BetonLayout
@@ -113,6 +142,8 @@ class Job:
     order: Permutation | None
     parent: int = field(default_factory=os.getpid)
     inherited_fds: tuple[int, ...] = ()
+    stats: Path | None = None
+    stats_kinds: tuple[int, int] = (-1, -1)
 
 
 class TaskResult(NamedTuple):
@@ -127,16 +158,17 @@ class TaskResult(NamedTuple):
 _JOB: Job | None = None
 _FD: int | None = None
 _DIRECT: int | None = None  # an O_DIRECT descriptor for whole pages, when the file system has it
+_STATS: int | None = None  # the image-statistics file, when the job has one
 _PAGES: list[np.ndarray] | None = None  # two page buffers: one gathered, one written
 
 
 def set_job(job: Job | None) -> None:
     """Install the job before the workers fork (or run tasks in-process); None clears it."""
-    global _JOB, _FD, _DIRECT, _PAGES
-    for fd in (_FD, _DIRECT):
+    global _JOB, _FD, _DIRECT, _STATS, _PAGES
+    for fd in (_FD, _DIRECT, _STATS):
         if fd is not None:
             os.close(fd)
-    _JOB, _FD, _DIRECT, _PAGES = job, None, None, None
+    _JOB, _FD, _DIRECT, _STATS, _PAGES = job, None, None, None, None
 
 
 def _open_direct(path: Path) -> int | None:
@@ -240,11 +272,25 @@ def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
     return labels
 
 
+def _write_stats(job: Job, block: np.ndarray, first: int) -> None:
+    """The statistics records of the samples in ``block`` (``(k, sample bytes)``), which
+    sit at positions ``first ..`` of the file."""
+    if _STATS is None:
+        return
+    na = job.layout.schema.a.nbytes
+    rows = np.zeros((len(block), *RECORD_SHAPE), dtype="<u4")
+    for t, part in enumerate((block[:, :na], block[:, na:])):
+        if job.stats_kinds[t] >= 0:
+            image_stats(part, job.stats_kinds[t], rows[:, t])
+    pwrite_all(_STATS, rows, record_offset(first))
+
+
 def _write_pages(job: Job, fd: int, bufs: list[np.ndarray], p0: int, p1: int) -> TaskResult:
     """Pages ``p0 .. p1-1``, gathered and digested here while a helper thread writes the
     page before from the other buffer: an ``O_DIRECT`` write leaves the core idle until
     it lands (a quarter of a worker's time), and ``pwrite`` releases the GIL."""
     layout = job.layout
+    sb = layout.schema.sample_bytes
     done: list[tuple[int, int, bytes]] = []
     samples = 0
     writes: collections.deque[Future[None]] = collections.deque()
@@ -255,10 +301,11 @@ def _write_pages(job: Job, fd: int, bufs: list[np.ndarray], p0: int, p1: int) ->
                 writes.popleft().result()
             buf = bufs[n % len(bufs)]
             labels = _gather(job, page, buf)
+            start, _ = layout.page_samples(page)
+            _write_stats(job, buf[: len(labels) * sb].reshape(len(labels), sb), start)
             writes.append(
                 writer.submit(_write_page, fd, buf, layout.data_start + page * layout.page_size)
             )
-            start, _ = layout.page_samples(page)
             rows = layout.metadata_rows(start, labels)
             pwrite_all(fd, rows, layout.metadata_start + start * rows.itemsize)
             d = block_digest(buf.data)
@@ -293,6 +340,7 @@ def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult
             pwrite_all(fd, buf[lo * sb : hi * sb], at + lo * sb)
         rows = layout.metadata_rows(start + lo, labels[lo:hi])
         pwrite_all(fd, rows, layout.metadata_start + (start + lo) * rows.itemsize)
+        _write_stats(job, buf[lo * sb : hi * sb].reshape(hi - lo, sb), start + lo)
 
     page, lo, hi = -1, 0, 0
     for k in range(k0, k1):
@@ -321,12 +369,13 @@ def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult
 
 def run_task(task: tuple[str, int, int]) -> TaskResult:
     """Run one task of the installed job (in a worker, or in-process)."""
-    global _FD, _DIRECT, _PAGES
+    global _FD, _DIRECT, _STATS, _PAGES
     job = _JOB
     assert job is not None, "no job installed"
     if _FD is None:
         _FD = os.open(job.partial, os.O_WRONLY)
         _DIRECT = _open_direct(job.partial)
+        _STATS = None if job.stats is None else os.open(job.stats, os.O_WRONLY)
     if _PAGES is None:
         _PAGES = [_aligned_page(job.layout.page_size) for _ in range(2)]
     kind, lo, hi = task

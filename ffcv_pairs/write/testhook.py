@@ -9,8 +9,9 @@ Points (counter):
     ``page`` (a worker about to write data page n, or the first page of a batch
     file range), ``journal`` (the journal holds n finished pages), ``finish`` (the
     header is written), ``rename`` (``OUT.partial`` is renamed to ``OUT``, the
-    sidecar is not yet in place), ``sidecar`` (the sidecar is in place, the journal
-    not yet removed).
+    sidecar is not yet in place), ``stats`` (the sidecar is in place, the image
+    statistics not yet), ``sidecar`` (all files are in place, the journal not yet
+    removed).
 
 Actions:
     ``kill``: SIGKILL this process (a killed writer's workers follow it).

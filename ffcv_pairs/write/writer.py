@@ -32,10 +32,18 @@ from .._version import __version__
 from ..format.layout import BetonLayout, field_descriptors
 from ..format.schema import PairSchema
 from ..format.sidecar import Manifest, block_digest
+from ..format.stats import stats_entry
 from .batched import BatchedSource
-from .finish import Outputs, complete_renames, finish_file, fsync_dir, up_to_date
+from .finish import (
+    Outputs,
+    complete_renames,
+    finish_file,
+    fsync_dir,
+    open_stats_partial,
+    up_to_date,
+)
 from .journal import Journal, journal_path, what_changed
-from .pages import Converter, Job, TaskResult, run_task, set_job, worker_init
+from .pages import Converter, Job, TaskResult, run_task, set_job, stats_kinds, worker_init
 from .permute import PERMUTATION, Permutation
 from .plan import Plan, make_plan
 from .pool import WriteError, WriteInterrupted, run_tasks, signals_as_exceptions
@@ -104,6 +112,7 @@ class _Tracker:
 
     def __init__(self, journal: Journal, fd: int, plan: Plan, done: dict[int, tuple[int, bytes]]):
         self.journal, self.fd, self.plan = journal, fd, plan
+        self.stats_fd: int | None = None  # fsynced before pages are journaled
         self.digests = dict(done)
         self.pending: list[tuple[int, int, bytes]] = []
         self.reads = [0, 0]
@@ -141,6 +150,8 @@ class _Tracker:
             self.flush()
 
     def flush(self) -> None:
+        if self.stats_fd is not None and self.pending:
+            os.fsync(self.stats_fd)
         self.journal.commit(self.fd, self.pending)
         self.pending = []
         self.last = time.monotonic()
@@ -210,6 +221,7 @@ class _Conversion:
         if not done:
             self.journal.start(self.fingerprint)
         fd = os.open(files.partial, os.O_RDWR | os.O_CREAT, 0o644)
+        stats_fd = open_stats_partial(files, layout, bool(done))
         try:
             if not done:
                 os.ftruncate(fd, 0)
@@ -218,26 +230,32 @@ class _Conversion:
             os.pwrite(fd, descriptors.tobytes(), layout.metadata_start - descriptors.nbytes)
             fsync_dir(files.out)
             t_pages = time.perf_counter()
-            tracker = self._pages(fd, done)
+            tracker = self._pages(fd, done, stats_fd)
             page_seconds = time.perf_counter() - t_pages
+            manifest = self._manifest(stats_fd is not None)
             try:
-                finish_file(fd, files, layout, self._manifest(tracker), tracker.digests)
+                finish_file(fd, files, layout, manifest, tracker.digests, stats_fd)
             except BaseException as e:
                 raise self._failed(e, tracker) from None
         finally:
             os.close(fd)
+            if stats_fd is not None:
+                os.close(stats_fd)
         self.journal.remove()
         return self.report(tracker, page_seconds, len(done))
 
-    def _pages(self, fd: int, done: dict[int, tuple[int, bytes]]) -> _Tracker:
+    def _pages(self, fd: int, done: dict[int, tuple[int, bytes]], stats_fd: int | None) -> _Tracker:
         from tqdm import tqdm
 
         plan = make_plan(self.src, self.layout, self.order, set(done), self.workers)
         tracker = _Tracker(self.journal, fd, plan, done)
         tracker.page_size, tracker.data_start = self.layout.page_size, self.layout.data_start
+        tracker.stats_fd = stats_fd
         n = self.layout.num_samples
         job = Job(self.src, self.layout, self.conv, self.files.partial, self.order)
-        job.inherited_fds = (self.journal.fd, fd)
+        job.inherited_fds = (self.journal.fd, fd) + (() if stats_fd is None else (stats_fd,))
+        if stats_fd is not None:
+            job.stats, job.stats_kinds = self.files.stats_partial, stats_kinds(self.layout.schema)
         set_job(job)
         try:
             with tqdm(
@@ -273,6 +291,7 @@ class _Conversion:
             )
         else:
             partial.unlink(missing_ok=True)
+            self.files.stats_partial.unlink(missing_ok=True)
             self.journal.remove()
             note = "nothing was kept"
         if isinstance(e, KeyboardInterrupt):  # stays a KeyboardInterrupt for callers
@@ -286,7 +305,7 @@ class _Conversion:
             return SourceError(f"{e} ({note})")
         return e
 
-    def _manifest(self, tracker: _Tracker) -> Manifest:
+    def _manifest(self, with_stats: bool) -> Manifest:
         layout = self.layout
         return Manifest(
             schema=layout.schema.to_json(),
@@ -302,6 +321,7 @@ class _Conversion:
             shuffle_seed=None if self.order is None else self.order.seed,
             permutation=None if self.order is None else PERMUTATION,
             fingerprint=self.fingerprint,
+            stats=stats_entry(layout.schema, self.files.stats.name) if with_stats else None,
         )
 
 

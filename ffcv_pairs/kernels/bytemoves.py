@@ -13,11 +13,12 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["copy_bytes", "fill_bytes", "reverse_bytes"]
+__all__ = ["GAP", "copy_bytes", "fill_bytes", "fill_gap", "reverse_bytes"]
 
 _VECTORS = (64, 32, 16)  # vector widths for row copies, widest first (LLVM splits them
 # into what the CPU has: one AVX-512 move per 64-byte row, four SSE moves without it)
 _LARGE = 256  # longer runs go to the C library's memcpy
+GAP = 8  # fill_gap's widest gap (bytes of one vector)
 
 
 def _move(builder, dptr, sptr, k, width, reverse):
@@ -124,6 +125,40 @@ def fill_bytes(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
         dst_v, d0_v, value_v, n_v = args
         d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
         cgutils.memset(builder, builder.gep(d_arr.data, [d0_v]), n_v, value_v)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def fill_gap(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
+    """``dst[d0:d0+n] = value`` for ``n <= GAP``, as one load, select and store of
+    :data:`GAP` bytes, which rewrites ``dst[d0+n : d0+GAP]`` with what is there: those
+    bytes must exist (a byte loop, or ``memset``, costs several times as much)."""
+    sig = types.void(dst, types.intp, types.uint8, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst_v, d0_v, value_v, n_v = args
+        d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
+        i32, vec = ir.IntType(32), ir.VectorType(ir.IntType(8), GAP)
+        ptr = builder.bitcast(builder.gep(d_arr.data, [d0_v]), vec.as_pointer())
+        old = builder.load(ptr, align=1)
+        lanes = ir.Constant(ir.VectorType(i32, GAP), list(range(GAP)))
+        count = builder.trunc(n_v, i32)
+        splat_n = builder.insert_element(
+            ir.Constant(ir.VectorType(i32, GAP), None), count, ir.Constant(i32, 0)
+        )
+        splat_n = builder.shuffle_vector(
+            splat_n,
+            ir.Constant(ir.VectorType(i32, GAP), None),
+            ir.Constant(ir.VectorType(i32, GAP), [0] * GAP),
+        )
+        splat_v = builder.insert_element(ir.Constant(vec, None), value_v, ir.Constant(i32, 0))
+        splat_v = builder.shuffle_vector(
+            splat_v, ir.Constant(vec, None), ir.Constant(ir.VectorType(i32, GAP), [0] * GAP)
+        )
+        inside = builder.icmp_unsigned("<", lanes, splat_n)
+        builder.store(builder.select(inside, splat_v, old), ptr, align=1)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .bytemoves import copy_bytes, fill_bytes, reverse_bytes
+from .bytemoves import GAP, copy_bytes, fill_bytes, fill_gap, reverse_bytes
 from .geometry import PAD_CONSTANT, border, inverse
 
 __all__ = ["PlaneMove", "Run", "move_plane"]
@@ -81,9 +81,30 @@ def _row_ends(src, s_row, dst, d_row, mv, run, fill):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
+def _shifted_plane(src, s0, dst, d0, mv, run, fill, ya, yb):  # pragma: no cover - JIT
+    """:func:`_constant_plane` for byte pixels, rows in order, output rows as long as the
+    source rows and a gap of at most ``GAP`` bytes between the runs of two rows (a padded
+    crop of the image's width): the runs of all in-image rows are one contiguous copy,
+    then each gap (the end of a row and the start of the next) gets the fill."""
+    ow, stride = mv.ow, mv.ow
+    first, n = d0 + ya * stride + run.xa, run.xb - run.xa
+    fill_bytes(dst, d0, fill[0], ya * stride)
+    fill_bytes(dst, d0 + yb * stride, fill[0], (mv.oh - yb) * stride)
+    s = s0 + (run.y0 + ya) * stride + run.base + run.xa
+    copy_bytes(dst, first, src, s, (yb - ya - 1) * stride + n)
+    gap = ow - run.xb + run.xa
+    if gap > 0:
+        for y in range(ya, yb - 1):
+            fill_gap(dst, d0 + y * stride + run.xb, fill[0], gap)
+        fill_bytes(dst, d0 + ya * stride, fill[0], run.xa)
+        fill_bytes(dst, d0 + (yb - 1) * stride + run.xb, fill[0], ow - run.xb)
+
+
+@nb.njit(cache=True, nogil=True)
 def _constant_plane(src, s0, dst, d0, mv, run, fill):  # pragma: no cover - JIT
     """Constant padding, runs that need no per-pixel work: padding is filled in one
-    pass over the plane (when there is any), then each in-image row is one run."""
+    pass over the plane (when there is any), then each in-image row is one run (or all
+    of them one, :func:`_shifted_plane`)."""
     pixel, oh, ow = mv.pixel_bytes, mv.oh, mv.ow
     d_stride, s_stride = ow * pixel, mv.width * pixel
     # Output rows y whose source row is inside the image.
@@ -91,6 +112,10 @@ def _constant_plane(src, s0, dst, d0, mv, run, fill):  # pragma: no cover - JIT
         ya, yb = max(0, run.y0 + oh - mv.height), min(oh, run.y0 + oh)
     else:
         ya, yb = max(0, -run.y0), min(oh, mv.height - run.y0)
+    shifted = pixel == 1 and run.step > 0 and not run.flip_rows and ow == mv.width
+    if shifted and ya < yb and run.xa < run.xb and ow - run.xb + run.xa <= GAP and ow >= GAP:
+        _shifted_plane(src, s0, dst, d0, mv, run, fill, ya, yb)
+        return
     if ya > 0 or yb < oh or run.xa > 0 or run.xb < ow:
         if pixel == 1:
             fill_bytes(dst, d0, fill[0], oh * d_stride)

@@ -81,12 +81,13 @@ def _row_ends(src, s_row, dst, d_row, mv, run, fill):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _shifted_plane(src, s0, dst, d0, mv, run, fill, ya, yb):  # pragma: no cover - JIT
+def _shifted_plane(src, s0, dst, d0, mv, run, fill, rows):  # pragma: no cover - JIT
     """:func:`_constant_plane` for byte pixels, rows in order, output rows as long as the
     source rows and a gap of at most ``GAP`` bytes between the runs of two rows (a padded
-    crop of the image's width): the runs of all in-image rows are one contiguous copy,
-    then each gap (the end of a row and the start of the next) gets the fill."""
-    ow, stride = mv.ow, mv.ow
+    crop of the image's width): the runs of all in-image rows (output rows ``rows`` =
+    ``(ya, yb)``) are one contiguous copy, then each gap (the end of a row and the start of
+    the next) gets the fill."""
+    (ya, yb), ow, stride = rows, mv.ow, mv.ow
     first, n = d0 + ya * stride + run.xa, run.xb - run.xa
     fill_bytes(dst, d0, fill[0], ya * stride)
     fill_bytes(dst, d0 + yb * stride, fill[0], (mv.oh - yb) * stride)
@@ -114,7 +115,7 @@ def _constant_plane(src, s0, dst, d0, mv, run, fill):  # pragma: no cover - JIT
         ya, yb = max(0, -run.y0), min(oh, mv.height - run.y0)
     shifted = pixel == 1 and run.step > 0 and not run.flip_rows and ow == mv.width
     if shifted and ya < yb and run.xa < run.xb and ow - run.xb + run.xa <= GAP and ow >= GAP:
-        _shifted_plane(src, s0, dst, d0, mv, run, fill, ya, yb)
+        _shifted_plane(src, s0, dst, d0, mv, run, fill, (ya, yb))
         return
     if ya > 0 or yb < oh or run.xa > 0 or run.xb < ow:
         if pixel == 1:

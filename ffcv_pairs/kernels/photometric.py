@@ -145,16 +145,31 @@ def image_mean(x, lay, bright, integer):  # pragma: no cover - JIT
         return total / (pixels if channels == 3 else pixels * channels)
     t = _threshold(bright)
     if channels == 3:
-        total = 0.0
-        for k in range(3):
-            low, high = _channel_sums(x, lay, k, t)
-            total += LUMA[k] * (bright * low + 255.0 * high)
-        return total / pixels
+        l0, h0 = _channel_sums(x, lay, 0, t)
+        l1, h1 = _channel_sums(x, lay, 1, t)
+        l2, h2 = _channel_sums(x, lay, 2, t)
+        return _clamped_mean((l0, l1, l2), (h0, h1, h2), lay, bright)
     lows, highs = np.int64(0), np.int64(0)
     for k in range(channels):
         low, high = _channel_sums(x, lay, k, t)
         lows, highs = lows + low, highs + high
-    return (bright * lows + 255.0 * highs) / (pixels * channels)
+    none = np.int64(0)
+    return _clamped_mean((lows, none, none), (highs, none, none), lay, bright)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _clamped_mean(lows, highs, lay, bright):  # pragma: no cover - JIT
+    """The contrast mean of a uint8 image from its integer sums: per channel (3 channels:
+    luma weights) or in the first entry (any other count), ``lows`` the sum of the values
+    below the clamp and ``highs`` the count at or above it (each becomes 255)."""
+    channels = lay.planes * lay.pixel
+    pixels = lay.planes * lay.plane_size // channels
+    if channels == 3:
+        total = 0.0
+        for k in range(3):
+            total += LUMA[k] * (bright * lows[k] + 255.0 * highs[k])
+        return total / pixels
+    return (bright * lows[0] + 255.0 * highs[0]) / (pixels * channels)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -165,16 +180,11 @@ def stored_mean(rec, lay, bright):  # pragma: no cover - JIT
     (the sums then do not give the mean)."""
     if np.int64(rec[0]) >= _threshold(bright):
         return -1.0
-    channels = lay.planes * lay.pixel
-    pixels = lay.planes * lay.plane_size // channels
-    none = np.int64(0)  # no value clamps: the terms image_mean adds are 255 * 0
-    if channels == 3:
-        total = 0.0
-        for k in range(3):
-            total += LUMA[k] * (bright * np.int64(rec[1 + k]) + 255.0 * none)
-        return total / pixels
-    lows = np.int64(rec[1]) + np.int64(rec[2]) + np.int64(rec[3])
-    return (bright * lows + 255.0 * none) / (pixels * channels)
+    sums = (np.int64(rec[1]), np.int64(rec[2]), np.int64(rec[3]))
+    none = np.int64(0)
+    if lay.planes * lay.pixel != 3:  # the total sits in s0 (s1 = s2 = 0)
+        sums = (sums[0] + sums[1] + sums[2], none, none)
+    return _clamped_mean(sums, (none, none, none), lay, bright)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

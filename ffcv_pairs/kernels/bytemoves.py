@@ -13,7 +13,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["GAP", "copy_bytes", "fill_bytes", "fill_gap", "reverse_bytes"]
+__all__ = ["GAP", "copy_bytes", "fill_bytes", "fill_gap", "prefetch", "reverse_bytes"]
 
 _VECTORS = (64, 32, 16)  # vector widths for row copies, widest first (LLVM splits them
 # into what the CPU has: one AVX-512 move per 64-byte row, four SSE moves without it)
@@ -159,6 +159,26 @@ def fill_gap(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
         )
         inside = builder.icmp_unsigned("<", lanes, splat_n)
         builder.store(builder.select(inside, splat_v, old), ptr, align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, i):  # pragma: no cover - JIT
+    """Hint the CPU to bring the cache line of ``arr[i]`` in (a read, kept in every cache
+    level); no fault for any address: the resize asks for source rows it will read a few
+    output rows later, so their misses overlap with the work on the rows before."""
+    sig = types.void(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        arr_v, i_v = args
+        data = context.make_array(signature.args[0])(context, builder, arr_v).data
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        ptr = builder.bitcast(builder.gep(data, [i_v]), i8p)
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen

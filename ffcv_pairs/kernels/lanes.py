@@ -1,4 +1,5 @@
-"""Eight linear blends per plane from two 8-value windows, as inline LLVM: in-lane permutes.
+"""Eight-value vector steps of the resize, as inline LLVM: blends by in-lane permutes,
+widened row blends, and the cast of an output line.
 
 The horizontal pass of a resize reads two taps per output at indices known only
 at run time, which numba's loops compile to two scalar loads per output (LLVM
@@ -13,6 +14,14 @@ planes of a row (one call blends up to three planes).
 Where the host has no AVX, :func:`blend8` builds the same vectors from scalar
 loads (:data:`PERMUTE` is False): the same values, at the scalar speed.
 :func:`make_blend8` makes either kind, so tests can compare them.
+
+:func:`rows8` (the vertical pass: eight uint8 values of two rows, widened and
+blended) and :func:`store8` (eight float32 values cast to the output's dtype) are
+plain vector IR. A numba loop over a row of 30-60 values vectorises 32 at a time
+and runs the rest one by one; eight at a time, with one overlapping last step,
+keeps every value in a vector. All three take an array and element offsets, never a
+slice: a slice is a new reference, an atomic count on memory that every loader
+thread shares.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["LANES", "MAX_SPAN", "PERMUTE", "blend8", "make_blend8"]
+__all__ = ["LANES", "MAX_SPAN", "PERMUTE", "blend8", "make_blend8", "rows8", "store8"]
 
 LANES = 8  # outputs per call; two windows of LANES values, one per half
 MAX_SPAN = LANES - 2  # largest left-tap offset in a window (its right tap is the next value)
@@ -32,6 +41,7 @@ _HALF = LANES // 2
 _F8 = ir.VectorType(ir.FloatType(), LANES)
 _F4 = ir.VectorType(ir.FloatType(), _HALF)
 _I8 = ir.VectorType(ir.IntType(32), LANES)
+_I32 = ir.IntType(32)
 
 
 def _splat(value, vec_t):
@@ -76,23 +86,30 @@ def _loaded_taps(builder, load1, starts, offsets):
     return taps
 
 
+def _row_start(context, builder, arr_t, arr, row):
+    """Element offset of ``row`` in a C-contiguous 2-D array (``row * shape[1]``)."""
+    shape = context.make_array(arr_t)(context, builder, arr).shape
+    return builder.mul(row, builder.extract_value(shape, 1))
+
+
 def make_blend8(permute: bool):
     """:func:`blend8` with permutes (``permute``: needs AVX) or with scalar loads."""
 
     @intrinsic
-    def blend8(typingctx, srcs, starts, offsets, at, weights, dsts, to):  # pragma: no cover - JIT
-        """For each plane ``(src, dst)`` of the tuples ``srcs`` and ``dsts``:
-        ``dst[to + t] = a + (b - a) * weights[at + t]`` for ``t < 8``, where ``a = src[s + i]``,
-        ``b = src[s + i + 1]``, ``i = offsets[at + t]`` (int32, ``0 <= i <= MAX_SPAN``) and
-        ``s = starts[at // 4]`` for ``t < 4``, ``starts[at // 4 + 1]`` for the others.
+    def blend8(typingctx, src, dst, ks, starts, offsets, at, weights, to):  # pragma: no cover
+        """For each plane ``k`` of the tuple ``ks`` (rows of the float32 2-D arrays ``src``
+        and ``dst``): ``dst[k, to + t] = a + (b - a) * weights[at + t]`` for ``t < 8``, where
+        ``a = src[k, s + i]``, ``b = src[k, s + i + 1]``, ``i = offsets[at + t]`` (int32,
+        ``0 <= i <= MAX_SPAN``) and ``s = starts[at // 4]`` for ``t < 4``,
+        ``starts[at // 4 + 1]`` for the others.
 
-        Reads ``src[s : s + 8]`` (the caller pads the rows).
+        Reads ``src[k, s : s + 8]`` (the caller pads the rows).
         """
-        sig = types.void(srcs, starts, offsets, types.intp, weights, dsts, types.intp)
+        sig = types.void(src, dst, ks, starts, offsets, types.intp, weights, types.intp)
 
         def codegen(context, builder, signature, args):
-            srcs_t, starts_t, offsets_t, _, weights_t, dsts_t, _ = signature.args
-            srcs_v, starts_v, offsets_v, at, weights_v, dsts_v, to = args
+            src_t, dst_t, ks_t, starts_t, offsets_t, _, weights_t, _ = signature.args
+            src_v, dst_v, ks_v, starts_v, offsets_v, at, weights_v, to = args
             first = builder.lshr(at, ir.Constant(at.type, 2))
             first_p = _pointer(context, builder, starts_t, starts_v, first, ir.IntType(64))
             starts = (
@@ -102,31 +119,100 @@ def make_blend8(permute: bool):
             left = builder.load(_pointer(context, builder, offsets_t, offsets_v, at, _I8), align=4)
             right = builder.add(left, _splat(1, _I8))
             w = builder.load(_pointer(context, builder, weights_t, weights_v, at, _F8), align=4)
-            for k in range(len(srcs_t)):
-                src = builder.extract_value(srcs_v, k)
+            for j in range(len(ks_t)):
+                k = builder.extract_value(ks_v, j)
+                row = _row_start(context, builder, src_t, src_v, k)
+                row_starts = tuple(builder.add(row, s) for s in starts)
 
-                def load4(i, k=k, src=src):
-                    ptr = _pointer(context, builder, srcs_t[k], src, i, _F4)
-                    return builder.load(ptr, align=4)
+                def load4(i):
+                    return builder.load(_pointer(context, builder, src_t, src_v, i, _F4), align=4)
 
-                def load1(i, k=k, src=src):
-                    return builder.load(
-                        _pointer(context, builder, srcs_t[k], src, i, ir.FloatType())
-                    )
+                def load1(i):
+                    return builder.load(_pointer(context, builder, src_t, src_v, i, ir.FloatType()))
 
                 if permute:
-                    a, b = _permuted_taps(builder, load4, starts, (left, right))
+                    a, b = _permuted_taps(builder, load4, row_starts, (left, right))
                 else:
-                    a, b = _loaded_taps(builder, load1, starts, (left, right))
+                    a, b = _loaded_taps(builder, load1, row_starts, (left, right))
                 blend = builder.fmul(builder.fsub(b, a), w, flags=["contract"])
                 out = builder.fadd(a, blend, flags=["contract"])
-                dst = builder.extract_value(dsts_v, k)
-                builder.store(out, _pointer(context, builder, dsts_t[k], dst, to, _F8), align=4)
+                d = builder.add(_row_start(context, builder, dst_t, dst_v, k), to)
+                builder.store(out, _pointer(context, builder, dst_t, dst_v, d, _F8), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
 
     return blend8
+
+
+def _splat_value(builder, value):
+    vec = builder.insert_element(ir.Constant(_F8, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(vec, vec, ir.Constant(_I8, [0] * LANES))
+
+
+def _as_float32(context, builder, value, dtype):
+    """A vector of ``dtype`` values as float32, as ``np.float32(x)`` converts one."""
+    if isinstance(dtype, types.Float):
+        return value if dtype.bitwidth == 32 else builder.fptrunc(value, _F8)
+    return (builder.sitofp if dtype.signed else builder.uitofp)(value, _F8)
+
+
+@intrinsic
+def rows8(typingctx, src, i0, i1, weight, half, out, o):  # pragma: no cover - JIT
+    """``out[o + t] = a + (b - a) * weight + half`` for ``t < 8``, where ``a = src[i0 + t]``
+    and ``b = src[i1 + t]`` (any integer or float dtype, converted to float32; ``out``:
+    float32, any shape, ``o`` its element offset). Multiply and add contract to one fused
+    multiply-add where the CPU has it."""
+    numeric = isinstance(src.dtype, (types.Integer, types.Float))
+    if not numeric or out.dtype != types.float32:
+        raise TypeError(f"rows8 blends numbers into float32, not {src.dtype} into {out.dtype}")
+    sig = types.void(src, types.intp, types.intp, types.float32, types.float32, out, types.intp)
+
+    def codegen(context, builder, signature, args):
+        src_t, _, _, _, _, out_t, _ = signature.args
+        src_v, i0, i1, weight, half, out_v, o = args
+        vec = ir.VectorType(context.get_value_type(src_t.dtype), LANES)
+
+        def widened(i):
+            v = builder.load(_pointer(context, builder, src_t, src_v, i, vec), align=1)
+            return _as_float32(context, builder, v, src_t.dtype)
+
+        a, b = widened(i0), widened(i1)
+        w, h = _splat_value(builder, weight), _splat_value(builder, half)
+        blend = builder.fmul(builder.fsub(b, a), w, flags=["contract"])
+        value = builder.fadd(builder.fadd(a, blend, flags=["contract"]), h)
+        builder.store(value, _pointer(context, builder, out_t, out_v, o, _F8), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def store8(typingctx, line, i, dst, d):  # pragma: no cover - JIT
+    """``dst[d + t] = line[i + t]`` for ``t < 8``: float32 to ``dst``'s dtype, as numba's
+    own cast of a value in range (integers truncate: the resize adds 0.5 before, to round
+    half up)."""
+    if line.dtype != types.float32 or not isinstance(dst.dtype, (types.Integer, types.Float)):
+        raise TypeError(f"store8 casts float32 to an integer or float dtype, not {dst.dtype}")
+    sig = types.void(line, types.intp, dst, types.intp)
+
+    def codegen(context, builder, signature, args):
+        line_t, _, dst_t, _ = signature.args
+        line_v, i, dst_v, d = args
+        value = builder.load(_pointer(context, builder, line_t, line_v, i, _F8), align=4)
+        bits = dst_t.dtype.bitwidth
+        if isinstance(dst_t.dtype, types.Float):
+            out_t = ir.VectorType(context.get_value_type(dst_t.dtype), LANES)
+            value = value if bits == 32 else builder.fpext(value, out_t)
+        else:  # via int32 (int64 for 64-bit): a uint8 value above 127 is in range there
+            wide = ir.VectorType(ir.IntType(max(bits, 32)), LANES)
+            out_t = ir.VectorType(ir.IntType(bits), LANES)
+            value = builder.fptosi(value, wide)
+            value = value if bits >= 32 else builder.trunc(value, out_t)
+        builder.store(value, _pointer(context, builder, dst_t, dst_v, d, out_t), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 blend8 = make_blend8(PERMUTE)

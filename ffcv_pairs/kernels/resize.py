@@ -16,7 +16,13 @@ the horizontal pass together (one index and weight load for three outputs),
 eight outputs at a time where their taps fit in two 8-value windows
 (:mod:`~ffcv_pairs.kernels.lanes`: any downscale by up to 2); other outputs,
 and interleaved channels, are read tap by tap. Source rows are read in place:
-from the page cache when the decoder calls it.
+from the page cache when the decoder calls it. The vertical blend and the output
+cast go eight values a vector (:func:`~ffcv_pairs.kernels.lanes.rows8`,
+:func:`~ffcv_pairs.kernels.lanes.store8`), and the rows :data:`AHEAD` output rows
+on are prefetched, so their cache misses overlap with the work. No loop takes a
+slice of the source or the output: a slice is an atomic reference count on memory
+that every loader thread shares (at 64x64 those counts took a quarter of the
+loader's time, and kept the second thread from adding speed).
 
 **Rounding.** Arithmetic is float32. A uint8 result is the float32 value rounded
 half up (0.5 is added once, in the vertical pass): within 1 of the exact
@@ -31,10 +37,13 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
+from .bytemoves import prefetch
 from .geometry import Placement, geometry_params
-from .lanes import LANES, MAX_SPAN, blend8
+from .lanes import LANES, MAX_SPAN, blend8, rows8, store8
 
-__all__ = ["ResizePlan", "ResizeWork", "new_work", "resize_sample", "resized_crop"]
+__all__ = ["AHEAD", "ResizePlan", "ResizeWork", "new_work", "resize_sample", "resized_crop"]
+
+AHEAD = 3  # per output row, source rows AHEAD and AHEAD + 1 on are prefetched
 
 
 class ResizePlan(NamedTuple):
@@ -122,43 +131,64 @@ def _windows(work):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _vertical(src, s0, rp, cols, fy, work):  # pragma: no cover - JIT
+def _prefetch_rows(src, s0, rp, cols, first, last):  # pragma: no cover - JIT
+    """:func:`~ffcv_pairs.kernels.bytemoves.prefetch` every cache line of source rows
+    ``first..last`` (inclusive, clipped to the image) of every plane over ``cols``."""
+    row_len, plane_len = rp.width * rp.pixel, rp.height * rp.width * rp.pixel
+    lo, n = cols
+    for r in range(max(first, 0), min(last, rp.height - 1) + 1):
+        for k in range(rp.planes):
+            i = s0 + k * plane_len + r * row_len + lo
+            for j in range(0, n + 63, 64):
+                prefetch(src, i + min(j, n - 1))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _vertical(src, s0, rp, cols, fy, rows):  # pragma: no cover - JIT
     """Blend source rows ``fy[0]`` and ``fy[0] + 1`` (weight ``fy[1]``) of every plane over the
-    element range ``cols = (lo, n)`` into ``work.rows``; the last pixel is repeated once."""
+    element range ``cols = (lo, n)`` into ``rows`` (float32, one row per plane); the last
+    pixel is repeated once. :data:`LANES` values per :func:`~ffcv_pairs.kernels.lanes.rows8`,
+    the last step overlapping the one before; a row shorter than that, one by one."""
     a, wy = fy
     b = min(a + 1, rp.height - 1)
     half = np.float32(0.5) if rp.rounding else np.float32(0.0)
     row_len, plane_len = rp.width * rp.pixel, rp.height * rp.width * rp.pixel
     lo, n = cols
-    p = rp.pixel
+    p, stride = rp.pixel, rows.shape[1]
     for k in range(rp.planes):
-        base = s0 + k * plane_len + lo
-        r0 = src[base + a * row_len : base + a * row_len + n]
-        r1 = src[base + b * row_len : base + b * row_len + n]
-        out = work.rows[k]
-        for j in range(n):
-            q = np.float32(r0[j])
-            out[j] = q + (np.float32(r1[j]) - q) * wy + half
+        i0 = s0 + k * plane_len + lo + a * row_len
+        i1, o = i0 + (b - a) * row_len, k * stride
+        if n >= LANES:
+            for j in range(0, n - LANES, LANES):
+                rows8(src, i0 + j, i1 + j, wy, half, rows, o + j)
+            j = n - LANES
+            rows8(src, i0 + j, i1 + j, wy, half, rows, o + j)
+        else:
+            for j in range(n):
+                q = np.float32(src[i0 + j])
+                rows[k, j] = q + (np.float32(src[i1 + j]) - q) * wy + half
         for c in range(p):
-            out[n + c] = out[n - p + c]
+            rows[k, n + c] = rows[k, n - p + c]
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _planes_row(work, vs, bs, ow):  # pragma: no cover - JIT
-    """One output row of the planes ``vs`` (blended rows) into ``bs`` (float32 lines):
-    :data:`LANES` outputs per :func:`~ffcv_pairs.kernels.lanes.blend8` where the taps fit,
-    tap by tap (unsigned indices: no checks) elsewhere and for the last ``ow % LANES``."""
+def _planes_row(work, ks, ow):  # pragma: no cover - JIT
+    """One output row of the planes ``ks`` (a tuple of plane indices), ``work.rows`` ->
+    ``work.line``: :data:`LANES` outputs per :func:`~ffcv_pairs.kernels.lanes.blend8`
+    where the taps fit, tap by tap (unsigned indices: no checks) elsewhere and for the last
+    ``ow % LANES``."""
+    rows, line, xi, xw = work.rows, work.line, work.xi, work.xw
     blocks, one = work.xs.shape[0] // 2, np.uint64(1)
     for blk in range(blocks + 1):
         x0 = blk * LANES
         if blk < blocks and work.xs[2 * blk] >= 0:
-            blend8(vs, work.xs, work.xo, x0, work.xw, bs, x0)
+            blend8(rows, line, ks, work.xs, work.xo, x0, xw, x0)
             continue
         for x in range(x0, min(x0 + LANES, ow)):
-            a, w = np.uint64(work.xi[x]), work.xw[x]
-            for j in range(len(vs)):
-                q = vs[j][a]
-                bs[j][x] = q + (vs[j][a + one] - q) * w
+            a, w = np.uint64(xi[x]), xw[x]
+            for k in ks:
+                q = rows[k, a]
+                line[k, x] = q + (rows[k, a + one] - q) * w
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -167,30 +197,32 @@ def _horizontal(rp, dst, d_row, plane_out, work):  # pragma: no cover - JIT
 
     Planes (``pixel == 1``) go three at a time through :func:`_planes_row` (one load of the
     taps for three outputs); interleaved channels are read tap by tap. Each plane's float32
-    line is then stored in ``dst``'s dtype by one vectorised pass.
+    line is then stored in ``dst``'s dtype, :data:`LANES` values per
+    :func:`~ffcv_pairs.kernels.lanes.store8`.
     """
-    xi, xw, ow, p = work.xi, work.xw, rp.ow, rp.pixel
+    rows, line, xi, xw, ow, p = work.rows, work.line, work.xi, work.xw, rp.ow, rp.pixel
     k = 0
     if p == 1:
-        rows, line = work.rows, work.line
         while k < rp.planes:  # a last plane or two is blended again: one tuple type to compile
-            k1, k2 = min(k + 1, rp.planes - 1), min(k + 2, rp.planes - 1)
-            _planes_row(work, (rows[k], rows[k1], rows[k2]), (line[k], line[k1], line[k2]), ow)
+            _planes_row(work, (k, min(k + 1, rp.planes - 1), min(k + 2, rp.planes - 1)), ow)
             k += 3
     while k < rp.planes:
-        v, b = work.rows[k], work.line[k]
         for x in range(ow):
             a, w = np.uint64(xi[x]), xw[x]
             for c in range(p):
-                q = v[a + np.uint64(c)]
-                b[x * p + c] = q + (v[a + np.uint64(p + c)] - q) * w
+                q = rows[k, a + np.uint64(c)]
+                line[k, x * p + c] = q + (rows[k, a + np.uint64(p + c)] - q) * w
         k += 1
-    n = ow * p
+    n, stride = ow * p, line.shape[1]
     for k in range(rp.planes):
-        b, d = work.line[k], d_row + k * plane_out
-        row = dst[d : d + n]  # a slice: the cast loop vectorises (indexing dst does not)
-        for j in range(n):
-            row[j] = b[j]
+        d = d_row + k * plane_out
+        if n >= LANES:
+            for j in range(0, n - LANES, LANES):
+                store8(line, k * stride + j, dst, d + j)
+            store8(line, k * stride + n - LANES, dst, d + n - LANES)
+        else:
+            for j in range(n):
+                dst[d + j] = line[k, j]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -213,9 +245,13 @@ def _resample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
     lo, hi = _column_taps(rp, place.x0, place.rw, place.hflip > 0, work)
     cols = (lo * rp.pixel, (hi - lo) * rp.pixel)
     plane_out = rp.oh * rp.ow * rp.pixel
+    step = -1 if place.vflip else 1  # the direction source rows are read in
     for y in range(rp.oh):
         fy = _tap(rp.oh - 1 - y if place.vflip else y, place.y0, place.rh, rp.oh, rp.height)
-        _vertical(src, s0, rp, cols, fy, work)
+        a = fy[0] + (step < 0)  # the first of the two rows in reading order
+        near, far = a + step * (0 if y == 0 else AHEAD), a + step * (AHEAD + 1)
+        _prefetch_rows(src, s0, rp, cols, min(near, far), max(near, far))
+        _vertical(src, s0, rp, cols, fy, work.rows)
         _horizontal(rp, dst, d0 + y * rp.ow * rp.pixel, plane_out, work)
 
 

@@ -102,28 +102,10 @@ def _shifted_plane(src, s0, dst, d0, mv, run, fill, rows):  # pragma: no cover -
 
 
 @nb.njit(cache=True, nogil=True)
-def _padded_ends(dst, d0, mv, run, fill, rows):  # pragma: no cover - JIT
-    """The padding of :func:`_constant_plane` for byte pixels whose row ends are at most
-    ``GAP`` bytes: the rows outside ``rows = (ya, yb)``, and a whole ``GAP``-byte window at
-    each padded end of the rows inside, which their run (copied after) partly overwrites.
-    A plane-wide fill would write every byte twice."""
-    (ya, yb), stride = rows, mv.ow
-    fill_bytes(dst, d0, fill[0], ya * stride)
-    fill_bytes(dst, d0 + yb * stride, fill[0], (mv.oh - yb) * stride)
-    for y in range(ya, yb):
-        d = d0 + y * stride
-        if run.xa > 0:
-            fill_gap(dst, d, fill[0], GAP)
-        if run.xb < mv.ow:
-            fill_gap(dst, d + stride - GAP, fill[0], GAP)
-
-
-@nb.njit(cache=True, nogil=True)
 def _constant_plane(src, s0, dst, d0, mv, run, fill):  # pragma: no cover - JIT
-    """Constant padding, runs that need no per-pixel work: padding is filled first (only
-    the padding, :func:`_padded_ends`, when each row end is short; otherwise one pass over
-    the plane), then each in-image row is one run (or all of them one,
-    :func:`_shifted_plane`)."""
+    """Constant padding, runs that need no per-pixel work: padding is filled in one
+    pass over the plane (when there is any), then each in-image row is one run (or all
+    of them one, :func:`_shifted_plane`)."""
     pixel, oh, ow = mv.pixel_bytes, mv.oh, mv.ow
     d_stride, s_stride = ow * pixel, mv.width * pixel
     # Output rows y whose source row is inside the image.
@@ -135,12 +117,8 @@ def _constant_plane(src, s0, dst, d0, mv, run, fill):  # pragma: no cover - JIT
     if shifted and ya < yb and run.xa < run.xb and ow - run.xb + run.xa <= GAP and ow >= GAP:
         _shifted_plane(src, s0, dst, d0, mv, run, fill, (ya, yb))
         return
-    ends = run.xa <= GAP and ow - run.xb <= GAP and ow >= GAP and run.xa < run.xb
     if ya > 0 or yb < oh or run.xa > 0 or run.xb < ow:
-        if pixel == 1 and ends:
-            first = min(ya, oh)  # no in-image row (ya >= yb): every row is padding
-            _padded_ends(dst, d0, mv, run, fill, (first, max(first, min(yb, oh))))
-        elif pixel == 1:
+        if pixel == 1:
             fill_bytes(dst, d0, fill[0], oh * d_stride)
         else:
             for k in range(oh * ow):

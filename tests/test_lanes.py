@@ -17,7 +17,7 @@ def _caller(blend):
     @nb.njit(fastmath={"contract"})
     def run(src, ks, starts, offsets, weights, dst):
         for blk in range(starts.shape[0] // 2):
-            blend(src, dst, ks, starts, offsets, blk * LANES, weights, blk * LANES)
+            blend(src, dst, ks, starts, offsets, blk * LANES, weights)
 
     return run
 

@@ -96,20 +96,20 @@ def make_blend8(permute: bool):
     """:func:`blend8` with permutes (``permute``: needs AVX) or with scalar loads."""
 
     @intrinsic
-    def blend8(typingctx, src, dst, ks, starts, offsets, at, weights, to):  # pragma: no cover
+    def blend8(typingctx, src, dst, ks, starts, offsets, at, weights):  # pragma: no cover - JIT
         """For each plane ``k`` of the tuple ``ks`` (rows of the float32 2-D arrays ``src``
-        and ``dst``): ``dst[k, to + t] = a + (b - a) * weights[at + t]`` for ``t < 8``, where
+        and ``dst``): ``dst[k, at + t] = a + (b - a) * weights[at + t]`` for ``t < 8``, where
         ``a = src[k, s + i]``, ``b = src[k, s + i + 1]``, ``i = offsets[at + t]`` (int32,
         ``0 <= i <= MAX_SPAN``) and ``s = starts[at // 4]`` for ``t < 4``,
         ``starts[at // 4 + 1]`` for the others.
 
         Reads ``src[k, s : s + 8]`` (the caller pads the rows).
         """
-        sig = types.void(src, dst, ks, starts, offsets, types.intp, weights, types.intp)
+        sig = types.void(src, dst, ks, starts, offsets, types.intp, weights)
 
         def codegen(context, builder, signature, args):
-            src_t, dst_t, ks_t, starts_t, offsets_t, _, weights_t, _ = signature.args
-            src_v, dst_v, ks_v, starts_v, offsets_v, at, weights_v, to = args
+            src_t, dst_t, ks_t, starts_t, offsets_t, _, weights_t = signature.args
+            src_v, dst_v, ks_v, starts_v, offsets_v, at, weights_v = args
             first = builder.lshr(at, ir.Constant(at.type, 2))
             first_p = _pointer(context, builder, starts_t, starts_v, first, ir.IntType(64))
             starts = (
@@ -136,7 +136,7 @@ def make_blend8(permute: bool):
                     a, b = _loaded_taps(builder, load1, row_starts, (left, right))
                 blend = builder.fmul(builder.fsub(b, a), w, flags=["contract"])
                 out = builder.fadd(a, blend, flags=["contract"])
-                d = builder.add(_row_start(context, builder, dst_t, dst_v, k), to)
+                d = builder.add(_row_start(context, builder, dst_t, dst_v, k), at)
                 builder.store(out, _pointer(context, builder, dst_t, dst_v, d, _F8), align=4)
             return context.get_dummy_value()
 

@@ -182,7 +182,7 @@ def _planes_row(work, ks, ow):  # pragma: no cover - JIT
     for blk in range(blocks + 1):
         x0 = blk * LANES
         if blk < blocks and work.xs[2 * blk] >= 0:
-            blend8(rows, line, ks, work.xs, work.xo, x0, xw, x0)
+            blend8(rows, line, ks, work.xs, work.xo, x0, xw)
             continue
         for x in range(x0, min(x0 + LANES, ow)):
             a, w = np.uint64(xi[x]), xw[x]

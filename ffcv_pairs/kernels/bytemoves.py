@@ -13,6 +13,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from .llvmir import element_pointer, splat
+
 __all__ = ["GAP", "copy_bytes", "fill_bytes", "fill_gap", "prefetch", "reverse_bytes"]
 
 _VECTORS = (64, 32, 16)  # vector widths for row copies, widest first (LLVM splits them
@@ -139,23 +141,13 @@ def fill_gap(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
 
     def codegen(context, builder, signature, args):
         dst_v, d0_v, value_v, n_v = args
-        d_arr = context.make_array(signature.args[0])(context, builder, dst_v)
         i32, vec = ir.IntType(32), ir.VectorType(ir.IntType(8), GAP)
-        ptr = builder.bitcast(builder.gep(d_arr.data, [d0_v]), vec.as_pointer())
+        ptr = element_pointer(context, builder, signature.args[0], dst_v, d0_v, vec)
         old = builder.load(ptr, align=1)
         lanes = ir.Constant(ir.VectorType(i32, GAP), list(range(GAP)))
-        count = builder.trunc(n_v, i32)
-        splat_n = builder.insert_element(
-            ir.Constant(ir.VectorType(i32, GAP), None), count, ir.Constant(i32, 0)
-        )
-        splat_n = builder.shuffle_vector(
-            splat_n,
-            ir.Constant(ir.VectorType(i32, GAP), None),
-            ir.Constant(ir.VectorType(i32, GAP), [0] * GAP),
-        )
-        splat_v = builder.insert_element(ir.Constant(vec, None), value_v, ir.Constant(i32, 0))
-        splat_v = builder.shuffle_vector(
-            splat_v, ir.Constant(vec, None), ir.Constant(ir.VectorType(i32, GAP), [0] * GAP)
+        splat_n, splat_v = (
+            splat(builder, builder.trunc(n_v, i32), GAP),
+            splat(builder, value_v, GAP),
         )
         inside = builder.icmp_unsigned("<", lanes, splat_n)
         builder.store(builder.select(inside, splat_v, old), ptr, align=1)
@@ -173,11 +165,10 @@ def prefetch(typingctx, arr, i):  # pragma: no cover - JIT
 
     def codegen(context, builder, signature, args):
         arr_v, i_v = args
-        data = context.make_array(signature.args[0])(context, builder, arr_v).data
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        ptr = builder.bitcast(builder.gep(data, [i_v]), i8p)
+        ptr = element_pointer(context, builder, signature.args[0], arr_v, i_v, i8)
         builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 

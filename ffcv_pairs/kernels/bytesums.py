@@ -15,6 +15,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from .llvmir import element_pointer, splat
+
 __all__ = ["STATS_FIRST", "STATS_LAST", "STATS_TOTAL", "WIDTH", "clamped_sums", "image_stats"]
 
 WIDTH = 64  # bytes per vector
@@ -40,14 +42,10 @@ def _sums64(typingctx, arr, start, floor):  # pragma: no cover - JIT
     sig = types.UniTuple(types.int64, 3)(arr, types.intp, types.uint8)
 
     def codegen(context, builder, signature, args):
-        a = context.make_array(signature.args[0])(context, builder, args[0])
         vec_t = ir.VectorType(ir.IntType(8), WIDTH)
-        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), vec_t.as_pointer())
+        ptr = element_pointer(context, builder, signature.args[0], args[0], args[1], vec_t)
         x = builder.load(ptr, align=1)
-        splat = cgutils.pack_array(builder, [args[2]] * WIDTH)
-        floor = builder.load(
-            builder.bitcast(cgutils.alloca_once_value(builder, splat), vec_t.as_pointer())
-        )
+        floor = splat(builder, args[2], WIDTH)
         sub = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vec_t, [vec_t, vec_t]), f"llvm.usub.sat.v{WIDTH}i8"
         )
@@ -70,9 +68,8 @@ def _channel_sums48(typingctx, arr, start):  # pragma: no cover - JIT
     sig = types.UniTuple(types.int64, 3)(arr, types.intp)
 
     def codegen(context, builder, signature, args):
-        a = context.make_array(signature.args[0])(context, builder, args[0])
         vec_t = ir.VectorType(ir.IntType(8), 48)
-        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), vec_t.as_pointer())
+        ptr = element_pointer(context, builder, signature.args[0], args[0], args[1], vec_t)
         x = builder.load(ptr, align=1)
         sums = []
         for c in range(3):

@@ -31,6 +31,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from .llvmir import element_pointer, splat
+
 __all__ = ["LANES", "MAX_SPAN", "PERMUTE", "blend8", "make_blend8", "rows8", "store8"]
 
 LANES = 8  # outputs per call; two windows of LANES values, one per half
@@ -41,16 +43,10 @@ _HALF = LANES // 2
 _F8 = ir.VectorType(ir.FloatType(), LANES)
 _F4 = ir.VectorType(ir.FloatType(), _HALF)
 _I8 = ir.VectorType(ir.IntType(32), LANES)
-_I32 = ir.IntType(32)
 
 
 def _splat(value, vec_t):
     return ir.Constant(vec_t, [value] * vec_t.count)
-
-
-def _pointer(context, builder, arr_t, arr, index, elem_t):
-    data = context.make_array(arr_t)(context, builder, arr).data
-    return builder.bitcast(builder.gep(data, [index]), elem_t.as_pointer())
 
 
 def _permuted_taps(builder, load4, starts, offsets):
@@ -111,24 +107,32 @@ def make_blend8(permute: bool):
             src_t, dst_t, ks_t, starts_t, offsets_t, _, weights_t = signature.args
             src_v, dst_v, ks_v, starts_v, offsets_v, at, weights_v = args
             first = builder.lshr(at, ir.Constant(at.type, 2))
-            first_p = _pointer(context, builder, starts_t, starts_v, first, ir.IntType(64))
+            first_p = element_pointer(context, builder, starts_t, starts_v, first, ir.IntType(64))
             starts = (
                 builder.load(first_p),
                 builder.load(builder.gep(first_p, [ir.Constant(ir.IntType(32), 1)])),
             )
-            left = builder.load(_pointer(context, builder, offsets_t, offsets_v, at, _I8), align=4)
+            left = builder.load(
+                element_pointer(context, builder, offsets_t, offsets_v, at, _I8), align=4
+            )
             right = builder.add(left, _splat(1, _I8))
-            w = builder.load(_pointer(context, builder, weights_t, weights_v, at, _F8), align=4)
+            w = builder.load(
+                element_pointer(context, builder, weights_t, weights_v, at, _F8), align=4
+            )
             for j in range(len(ks_t)):
                 k = builder.extract_value(ks_v, j)
                 row = _row_start(context, builder, src_t, src_v, k)
                 row_starts = tuple(builder.add(row, s) for s in starts)
 
                 def load4(i):
-                    return builder.load(_pointer(context, builder, src_t, src_v, i, _F4), align=4)
+                    return builder.load(
+                        element_pointer(context, builder, src_t, src_v, i, _F4), align=4
+                    )
 
                 def load1(i):
-                    return builder.load(_pointer(context, builder, src_t, src_v, i, ir.FloatType()))
+                    return builder.load(
+                        element_pointer(context, builder, src_t, src_v, i, ir.FloatType())
+                    )
 
                 if permute:
                     a, b = _permuted_taps(builder, load4, row_starts, (left, right))
@@ -137,17 +141,12 @@ def make_blend8(permute: bool):
                 blend = builder.fmul(builder.fsub(b, a), w, flags=["contract"])
                 out = builder.fadd(a, blend, flags=["contract"])
                 d = builder.add(_row_start(context, builder, dst_t, dst_v, k), at)
-                builder.store(out, _pointer(context, builder, dst_t, dst_v, d, _F8), align=4)
+                builder.store(out, element_pointer(context, builder, dst_t, dst_v, d, _F8), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
 
     return blend8
-
-
-def _splat_value(builder, value):
-    vec = builder.insert_element(ir.Constant(_F8, ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(vec, vec, ir.Constant(_I8, [0] * LANES))
 
 
 def _as_float32(context, builder, value, dtype):
@@ -174,14 +173,14 @@ def rows8(typingctx, src, i0, i1, weight, half, out, o):  # pragma: no cover - J
         vec = ir.VectorType(context.get_value_type(src_t.dtype), LANES)
 
         def widened(i):
-            v = builder.load(_pointer(context, builder, src_t, src_v, i, vec), align=1)
+            v = builder.load(element_pointer(context, builder, src_t, src_v, i, vec), align=1)
             return _as_float32(context, builder, v, src_t.dtype)
 
         a, b = widened(i0), widened(i1)
-        w, h = _splat_value(builder, weight), _splat_value(builder, half)
+        w, h = splat(builder, weight, LANES), splat(builder, half, LANES)
         blend = builder.fmul(builder.fsub(b, a), w, flags=["contract"])
         value = builder.fadd(builder.fadd(a, blend, flags=["contract"]), h)
-        builder.store(value, _pointer(context, builder, out_t, out_v, o, _F8), align=4)
+        builder.store(value, element_pointer(context, builder, out_t, out_v, o, _F8), align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -199,7 +198,7 @@ def store8(typingctx, line, i, dst, d):  # pragma: no cover - JIT
     def codegen(context, builder, signature, args):
         line_t, _, dst_t, _ = signature.args
         line_v, i, dst_v, d = args
-        value = builder.load(_pointer(context, builder, line_t, line_v, i, _F8), align=4)
+        value = builder.load(element_pointer(context, builder, line_t, line_v, i, _F8), align=4)
         bits = dst_t.dtype.bitwidth
         if isinstance(dst_t.dtype, types.Float):
             out_t = ir.VectorType(context.get_value_type(dst_t.dtype), LANES)
@@ -209,7 +208,7 @@ def store8(typingctx, line, i, dst, d):  # pragma: no cover - JIT
             out_t = ir.VectorType(ir.IntType(bits), LANES)
             value = builder.fptosi(value, wide)
             value = value if bits >= 32 else builder.trunc(value, out_t)
-        builder.store(value, _pointer(context, builder, dst_t, dst_v, d, out_t), align=1)
+        builder.store(value, element_pointer(context, builder, dst_t, dst_v, d, out_t), align=1)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -6,13 +6,18 @@
   (relative ``2**-23``, ``2**-10``, ``2**-7`` for float32, float16, bfloat16);
 * ``device=None`` puts batches on ``cuda:LOCAL_RANK``.
 
-Two tests are marked ``xfail(strict=True)``: known gaps of the loader (see their reasons).
-When the loader is fixed they pass, and the strict mark turns that into a failure that
-says to remove the mark.
+* ``device="cpu"`` leaves CUDA uninitialised in a process that has a GPU;
+* batches stay intact when the host runs far ahead of a slow GPU, when the consumer works
+  under a stream of its own, and when it holds every batch (see
+  :mod:`ffcv_pairs.load.delivery.stage`; ``tests/test_delivery.py`` proves the same
+  ordering on the CPU);
+* a process touches only its own GPU: one CUDA context, on ``cuda:LOCAL_RANK``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -110,13 +115,6 @@ def test_default_device_is_cuda_local_rank(beton: Path, monkeypatch: pytest.Monk
         assert torch.equal(g.cpu(), c.clone())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known: with CUDA present the loader touches CUDA even for device='cpu' "
-    "(upstream EpochIterator makes streams when torch.cuda.is_available(); allocate_query "
-    "pins host buffers; _PairEpochIterator syncs current_stream()); see the tests15 report",
-)
 def test_cpu_device_creates_no_cuda_context(beton: Path) -> None:
     code = (
         "import torch\n"
@@ -130,13 +128,6 @@ def test_cpu_device_creates_no_cuda_context(beton: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known: the pinned host slot is rewritten by the loader thread without waiting "
-    "for that slot's previous host-to-device copy, which waits on the consumer's stream; "
-    "see the tests15 report",
-)
 @pytest.mark.parametrize("normalize", [False, True], ids=["uint8", "normalised"])
 def test_a_consumer_ahead_of_the_gpu_gets_its_own_batches(beton: Path, normalize: bool) -> None:
     """The host runs far ahead of a slow GPU (no synchronisation until the end), as an
@@ -155,3 +146,55 @@ def test_a_consumer_ahead_of_the_gpu_gets_its_own_batches(beton: Path, normalize
     for k, (got, expect) in enumerate(zip(kept, want, strict=True)):
         for g, c in zip(got, expect):
             assert torch.equal(g.cpu(), c), f"batch {k} differs from the CPU path"
+
+
+def _slow_consumer(loader, side: torch.cuda.Stream | None = None, keep: bool = False) -> list:
+    got = []
+    ctx = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
+    with ctx:
+        for batch in loader:
+            torch.cuda._sleep(20_000_000)  # GPU time queued ahead of the reads
+            got.append(list(batch) if keep else [t.clone() for t in batch])
+    torch.cuda.synchronize()
+    return got
+
+
+def _equal_cpu(got: list, path: Path, aug: PairAugment | None) -> None:
+    want = make_loader(
+        path, batch_size=16, order="sequential", seed=SEED, augment=aug, device="cpu"
+    )
+    for k, (g, c) in enumerate(zip(got, want, strict=True)):
+        for x, y in zip(g, c):
+            assert torch.equal(x.cpu(), y), f"batch {k} differs from the CPU path"
+
+
+def test_a_consumer_under_its_own_stream_gets_its_batches(beton: Path) -> None:
+    aug = PairAugment(hflip=0.5)
+    loader = make_loader(beton, batch_size=16, order="sequential", seed=SEED, augment=aug)
+    _equal_cpu(_slow_consumer(loader, side=torch.cuda.Stream()), beton, aug)
+
+
+def test_every_batch_may_be_held_on_the_gpu(beton: Path) -> None:
+    aug = PairAugment(hflip=0.5)
+    loader = make_loader(beton, batch_size=16, order="sequential", seed=SEED, augment=aug)
+    _equal_cpu(_slow_consumer(loader, keep=True), beton, aug)
+
+
+def test_one_cuda_context_on_the_local_rank_gpu(beton: Path) -> None:
+    """The loader's threads create no context on another GPU (threads start on GPU 0)."""
+    last = torch.cuda.device_count() - 1
+    code = (
+        "import os, torch\n"
+        "from ffcv_pairs import make_loader\n"
+        f"loader = make_loader({str(beton)!r}, batch_size=32)\n"
+        "for epoch in range(2):\n"
+        "    for a, b, label in loader:\n"
+        "        assert a.device == torch.device('cuda', int(os.environ['LOCAL_RANK']))\n"
+        "ctx = [i for i in range(torch.cuda.device_count())\n"
+        "       if torch.cuda.memory_reserved(i) or torch.cuda.memory_allocated(i)]\n"
+        "print('devices with memory:', ctx)\n"
+        "assert ctx == [int(os.environ['LOCAL_RANK'])], ctx\n"
+    )
+    env = {**os.environ, "LOCAL_RANK": str(last)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -10,9 +10,10 @@ Example::
             ...
 
 Built from this project's reader, page index, traversal order, memory manager,
-decoders and augmentation ops, run by upstream's epoch thread (see
-:mod:`~ffcv_pairs.load.pipeline` for the buffer contract: hold at most the
-current batch and one more).
+decoders and augmentation ops, run by upstream's compiled pipeline in this
+project's epoch thread (:mod:`~ffcv_pairs.load.pipeline`), and moved to a GPU by
+:mod:`~ffcv_pairs.load.delivery`. What a caller may hold: on the CPU the current
+batch and one more (they are reused slots); on a GPU any number.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy.typing as npt
 import torch
 from ffcv.pipeline import PipelineSpec
 from ffcv.pipeline.operation import Operation
-from ffcv.transforms import ToDevice, ToTensor
+from ffcv.transforms import ToTensor
 
 from ..augment.config import PairAugment
 from ..augment.ops import cpu_ops, device_ops
@@ -38,6 +39,8 @@ from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
 from .config import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig
 from .decoders import LabelDecoder, PairDecoder, TakeField
+from .delivery.engines import CopyEngine, CudaEngine
+from .delivery.stage import DeviceStage, Finisher
 from .devices import resolve_device
 from .elastic import EpochPosition, batches_in, plan_order, resume_epoch
 from .index import PageIndex
@@ -60,6 +63,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def _finisher(op: Operation) -> Finisher:
+    """A torch op of the pipeline (``f(x, dst)``) as a device-stage step (``f(x)``)."""
+    code = op.generate_code()
+    return lambda x: code(x, None)
+
+
 class PairLoader:
     """Streams ``(A, B, label)`` batches from a pair `.beton`. Build it with :func:`make_loader`.
 
@@ -69,7 +78,13 @@ class PairLoader:
         num_threads: JIT threads used by the pipeline.
     """
 
-    def __init__(self, path: str | os.PathLike[str], config: LoaderConfig):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        config: LoaderConfig,
+        copy_engine: CopyEngine | None = None,
+    ):
+        """Args: ``copy_engine`` replaces the GPU's (tests pass the CPU simulation)."""
         self.config = cfg = config
         self.reader = open_beton(path, full_check=cfg.verify)
         self.path = self.reader.path
@@ -77,6 +92,12 @@ class PairLoader:
         self.rank, self.world_size = resolve_world(cfg.rank, cfg.world_size, cfg.distributed)
         self.num_threads = cfg.num_threads or default_num_threads(local_ranks(self.world_size))
         self.device = resolve_device(cfg.device)
+        if copy_engine is None and self.device.type == "cuda":
+            copy_engine = CudaEngine(self.device)
+        elif copy_engine is None and self.device.type != "cpu":
+            raise ValueError(f"device={cfg.device!r}: batches go to the CPU or a CUDA GPU")
+        #: Moves batches to the device; None on the CPU path, which touches no CUDA API.
+        self.copy_engine = copy_engine
         self.index = PageIndex.build(self.reader, cfg.indices)
         window = max(1, cfg.window_bytes // int(self.reader.page_size))
         self.spec = OrderSpec(
@@ -93,7 +114,12 @@ class PairLoader:
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
         self._clock[0] = cfg.seed
         memory = (PairOSCacheManager if cfg.os_cache else PairProcessCacheManager)(self.reader)
-        self.graph, code = build_graph(self.reader, self._pipelines())
+        specs, finishers = self._pipelines()
+        self.graph, code = build_graph(self.reader, specs)
+        slots = cfg.batches_ahead + 3
+        stage = None if copy_engine is None else DeviceStage(copy_engine, slots, finishers)
+        if stage is not None:
+            self.graph.host_buffer = stage.host_buffer
         self._engine = LoaderShim(
             self.reader,
             cfg.batch_size,
@@ -102,7 +128,7 @@ class PairLoader:
             memory,
             PairTraversalOrder(self.index, self.spec),
             self.graph,
-            self.device,
+            stage,
             code,
         )
         self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
@@ -121,36 +147,38 @@ class PairLoader:
         self.on_resume: Callable[[int, int], None] | None = None
 
     # -- pipelines ---------------------------------------------------------------------
-    def _pipelines(self) -> dict[str, PipelineSpec]:
-        """A: decoder (both images) -> take A -> ...; B: the same decoder -> take B -> ..."""
+    def _pipelines(self) -> tuple[dict[str, PipelineSpec], list[list[Finisher]]]:
+        """A: decoder (both images) -> take A -> ...; B: the same decoder -> take B -> ...;
+        and, with a copy engine, each output's device ops (run after its copy)."""
         aug = self.config.augment
-        to_device: list[Operation] = []
-        if self.device.type != "cpu":
-            to_device = [ToDevice(self.device, non_blocking=True)]
+        on_cpu = self.copy_engine is None
         b_ptrs = self.reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
-        plan = stage_plan(aug, self.schema, on_cpu=self.device.type == "cpu")
+        plan = stage_plan(aug, self.schema, on_cpu=on_cpu)
         stats = load_stats(self.reader) if aug is not None and aug.contrast > 0 else None
         decoder = PairDecoder(
             self.schema, b_ptrs, aug, self._clock, self.reader.page_shift, plan, stats
         )
         specs: dict[str, PipelineSpec] = {}
+        finishers: list[list[Finisher]] = []
         for index, name in enumerate(PairSchema.IMAGE_FIELDS):
             out = decoder.fields[index]
+            after = device_ops(aug, name, self.schema, plan) if aug else []
             ops = [
                 TakeField(index, out.out_shape, out.dtype),
                 *(cpu_ops(aug, name, self.schema, self._clock, plan) if aug else []),
                 ToTensor(),
-                *to_device,
-                *(device_ops(aug, name, self.schema, plan) if aug else []),
+                *(after if on_cpu else []),
             ]
+            finishers.append([] if on_cpu else [_finisher(op) for op in after])
             if index == 0:
                 specs[name] = PipelineSpec(name, decoder=decoder, transforms=ops)
             else:
                 specs[name] = PipelineSpec(decoder, transforms=ops)
         specs[PairSchema.LABEL_FIELD] = PipelineSpec(
-            PairSchema.LABEL_FIELD, decoder=LabelDecoder(), transforms=[ToTensor(), *to_device]
+            PairSchema.LABEL_FIELD, decoder=LabelDecoder(), transforms=[ToTensor()]
         )
-        return specs
+        finishers.append([])
+        return specs, finishers
 
     # -- epochs ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -214,17 +242,10 @@ class PairLoader:
         cfg = self.config
         # At most two windows of pages requested and not yet read (matters for "random").
         in_flight = 2 * self.spec.window_pages
-        # Upstream takes its streams on the current device: make it this loader's.
-        on_device = (
-            torch.cuda.device(self.device)
-            if self.device.type == "cuda"
-            else contextlib.nullcontext()
-        )
         mode = prefetch_mode(cfg.order, int(self.reader.file_size))
-        with on_device:
-            self._active = it = EpochThread(
-                self._engine, rest, cfg.batches_ahead, cfg.prefetch, in_flight, mode
-            )
+        self._active = it = EpochThread(
+            self._engine, rest, cfg.batches_ahead, cfg.prefetch, in_flight, mode
+        )
         try:
             for k, batch in enumerate(it):
                 state = state.advanced()

@@ -1,20 +1,25 @@
-"""Upstream FFCV's pipeline parts, adapted: buffers allocated once, errors raised, no hang.
+"""Upstream FFCV's pipeline parts, composed: buffers allocated once, errors raised, no hang.
 
-Composed from upstream's ``Graph`` and ``EpochIterator``;
-upstream's ``Loader.__init__`` is not used (it builds slow per-sample dicts and
-rejects a custom order), so :class:`LoaderShim` holds the attributes the epoch
-iterator reads from its loader.
+Upstream's ``Graph`` compiles the pipeline; upstream's ``Loader`` is not used (it
+builds slow per-sample dicts and rejects a custom order), nor is its
+``EpochIterator`` (it makes CUDA streams and pins memory whenever a GPU is
+present, even for CPU batches, and lets the host refill pinned memory that a
+queued copy has not read yet). :class:`EpochThread` runs the compiled code
+itself; the copy to a GPU is :mod:`~ffcv_pairs.load.delivery`'s.
 
-**Reused buffers.** Batches live in ``batches_ahead + 3`` reused buffer slots,
-so a consumer may hold the batch it is working on plus one more (Lightning
-prefetches one when a loader has no length) while the next ones are prepared; a
-third batch kept beyond that may be overwritten. The slots are allocated once
-per loader (upstream allocates a fresh set every epoch: with two sets alive at
-an epoch boundary and the freed one kept by the C heap, a rank's memory grows
-by about one set). The slot sequence runs on across epochs from the slot after
-the last batch **handed out**, not the producer's next slot: an abandoned epoch
-may have prepared batches nobody took, and skipping their slots would let the
-next epoch run one slot further into the batches the consumer still holds.
+**Reused buffers.** The pipeline writes into ``batches_ahead + 3`` reused buffer
+slots. On the CPU (``device="cpu"``) the batches handed out *are* those slots, so
+a consumer may hold the batch it is working on plus one more (Lightning
+prefetches one when a loader has no length) while the next ones are prepared;
+a third batch kept beyond that may be overwritten. (On a GPU each batch is a
+fresh set of device tensors: see :mod:`~ffcv_pairs.load.delivery.stage`.) The
+slots are allocated once per loader (upstream allocates a fresh set every
+epoch: with two sets alive at an epoch boundary and the freed one kept by the C
+heap, a rank's memory grows by about one set), pinned only when batches go to a
+GPU. The slot sequence runs on across epochs from the slot after the last batch
+**handed out**, not the producer's next slot: an abandoned epoch may have
+prepared batches nobody took, and skipping their slots would let the next
+epoch run one slot further into the batches the consumer still holds.
 
 **No stuck threads.** Closing an epoch (``break``, a new epoch, ``close()``)
 stops its producer, which may be waiting on a full queue, even to put its
@@ -25,20 +30,25 @@ A closed epoch's iterator ends; it never hands out a batch from reused slots.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from queue import Full, Queue
 from typing import Any
 
 import numpy as np
 import torch
-from ffcv.loader.epoch_iterator import EpochIterator
+from ffcv.loader.epoch_iterator import select_buffer
 from ffcv.memory_managers.os_cache import OSCacheContext
 from ffcv.pipeline import PipelineSpec
+from ffcv.pipeline.allocation_query import AllocationQuery
+from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.graph import Graph
 
 from ..format.reader import PairReader
+from .delivery.stage import DeviceStage
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import PairTraversalOrder
 from .prefetch import Prefetcher, SamplePrefetcher, page_schedule, sample_schedule
@@ -68,16 +78,45 @@ class BufferGraph(Graph):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.buffers: Any = None
+        #: Allocates the slots' host buffers (pinned, for a GPU); None: plain memory.
+        self.host_buffer: Callable[[tuple[int, ...], torch.dtype], torch.Tensor] | None = None
         self.owner: EpochThread | None = None
         self.next_slot = 0
         self.buffer_sets = 0
 
     def allocate_memory(self, batch_size: int, batches_ahead: int) -> Any:
         if self.buffers is None or (self.owner is not None and self.owner.is_alive()):
-            self.buffers = super().allocate_memory(batch_size, batches_ahead)
+            queries, _ = self.collect_requirements()
+            self.buffers = {
+                kind: {
+                    node: self._allocate(q, batch_size, batches_ahead) for node, q in nodes.items()
+                }
+                for kind, nodes in queries.items()
+            }
             self.buffer_sets += 1
             self.next_slot = 0
         return self.buffers
+
+    def _allocate(self, query: Any, batch_size: int, slots: int) -> Any:
+        """``slots`` batches of what ``query`` asks for (a tuple for a tuple of queries):
+        a numpy array, or a list of tensors for a torch dtype, as upstream's code reads
+        them; pinned through ``host_buffer`` when one is given."""
+        if query is None:
+            return None
+        if not isinstance(query, AllocationQuery):
+            return tuple(self._allocate(q, batch_size, slots) for q in query)
+        if query.device is not None and torch.device(query.device).type != "cpu":
+            raise ValueError(f"pipeline buffers live on the host; an op asked for {query}")
+        shape = (slots, batch_size, *query.shape)
+        if isinstance(query.dtype, torch.dtype):
+            return [self._host(shape[1:], query.dtype) for _ in range(slots)]
+        dtype = torch.from_numpy(np.empty(0, dtype=query.dtype)).dtype
+        return self._host(shape, dtype).numpy()
+
+    def _host(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        if self.host_buffer is None:
+            return torch.empty(shape, dtype=dtype)
+        return self.host_buffer(shape, dtype)
 
     def codegen_stage(self, stage, s_ix, op_to_node, code, already_defined):
         # Upstream wraps the functions of even-numbered stages in a fresh njit. Ours are
@@ -136,11 +175,18 @@ class EpochQueue(Queue):
             self.not_empty.notify_all()
 
 
-class EpochThread(EpochIterator):
-    """Upstream's epoch thread with a shorter queue (so the consumer may hold two
-    batches), pipeline errors raised in the consumer instead of a hang, buffer
-    slots continuing after the last batch handed out, and a :meth:`close` that
-    stops the producer and waits for it.
+class EpochThread(threading.Thread):
+    """The loading thread of one epoch, and its iterator.
+
+    Runs the compiled pipeline (upstream's ``Graph`` code, called as upstream's
+    ``EpochIterator`` calls it) over the epoch's batches, into ``batches_ahead + 3``
+    reused buffer slots, and puts them on a queue of ``queue_size``, so the
+    consumer may hold two batches. Unlike upstream's iterator it touches no CUDA
+    API itself: with a :class:`~.delivery.stage.DeviceStage` (a GPU), that stage
+    waits on the host before a slot is refilled, copies each batch to the device
+    and hands it out ready on the consumer's stream; without one (``device="cpu"``)
+    batches are the slots' CPU tensors. Pipeline errors are raised in the consumer
+    as :class:`LoaderError`; :meth:`close` stops the thread and waits for it.
 
     With ``prefetch`` > 0 and the OS cache, a :class:`~.prefetch.Prefetcher`
     requests each page ``prefetch`` batches before the batch that first reads it.
@@ -155,17 +201,22 @@ class EpochThread(EpochIterator):
         max_in_flight: int = 64,
         mode: str = "pages",
     ):
+        super().__init__(daemon=True, name="ffcv-pairs-epoch")
+        self.engine, self.closed = engine, True
         self.error: BaseException | None = None
-        self._deferred = True
         self.prefetcher: Prefetcher | None = None
-        super().__init__(engine, order)
+        bs = engine.batch_size
+        self.batches = [order[i : i + bs] for i in range(0, len(order), bs)]
+        self.terminate_event = threading.Event()
+        self.memory_context = engine.memory_manager.schedule_epoch(self.batches)
+        self.memory_context.__enter__()
+        self.closed = False
+        self.storage_state = self.memory_context.state
+        self.slots = engine.batches_ahead + 2
+        self.buffers = engine.graph.allocate_memory(bs, self.slots)
         self._start_prefetch(engine, order, prefetch, max_in_flight, mode)
-        slots = engine.batches_ahead + 2
-        self.output_queue = EpochQueue(queue_size, self.terminate_event, engine.graph, slots)
-        self._deferred = False
+        self.output_queue = EpochQueue(queue_size, self.terminate_event, engine.graph, self.slots)
         self.current_batch_slot = engine.graph.next_slot
-        if engine.device.type == "cuda":  # the last epoch's device buffers may still be read
-            torch.cuda.current_stream(engine.device).synchronize()
         engine.graph.owner = self
         self.start()
 
@@ -199,18 +250,44 @@ class EpochThread(EpochIterator):
             )
         self.prefetcher.start()
 
-    def run_pipeline(self, b_ix, batch_indices, batch_slot, cuda_event):
+    def run_pipeline(self, b_ix: int, batch_indices: np.ndarray, slot: int) -> tuple[Any, ...]:
+        """Batch ``b_ix`` into buffer ``slot``: its CPU tensors, or its device delivery."""
         if self.prefetcher is not None:
             self.prefetcher.advance(b_ix)
-        return super().run_pipeline(b_ix, batch_indices, batch_slot, cuda_event)
-
-    def start(self) -> None:
-        if not self._deferred:
-            super().start()
+        stage = self.engine.stage
+        if stage is not None:
+            stage.before_fill(slot)
+        self.memory_context.start_batch(b_ix)
+        n = len(batch_indices)
+        args: dict[str, Any] = {
+            "batch_indices": batch_indices,
+            "storage_state": self.storage_state,
+            "metadata": self.engine.reader.metadata,
+        }
+        for kind, prefix in (("operation", "memory_"), ("shared", "shared_memory_")):
+            for node, buffer in self.buffers[kind].items():
+                args[f"{prefix}{node}"] = select_buffer(buffer, slot, n)
+        code, outputs = self.engine.code
+        for stage_code, defines in code:
+            for node, result in zip(defines, stage_code(**args)):
+                args[f"result_{node}"] = result
+        batch = tuple(args[f"result_{node}"] for node in outputs)
+        return batch if stage is None else stage.send(slot, batch)
 
     def run(self) -> None:
         try:
-            super().run()
+            if self.engine.stage is not None:
+                self.engine.stage.engine.bind_thread()
+            Compiler.set_num_threads(self.engine.num_workers)
+            for b_ix, ids in enumerate(self.batches):
+                if self.terminate_event.is_set():
+                    return
+                slot = self.current_batch_slot
+                self.current_batch_slot = (slot + 1) % self.slots
+                self.output_queue.put((slot, self.run_pipeline(b_ix, ids, slot)))
+            self.output_queue.put(None)
+        except Full:
+            return  # closed while waiting for room
         except BaseException as e:
             self.error = e
             self.output_queue.put(None)
@@ -218,37 +295,44 @@ class EpochThread(EpochIterator):
             if self.prefetcher is not None:
                 self.prefetcher.stop()
 
-    def __next__(self):
-        try:
-            return super().__next__()
-        except StopIteration:
+    def __iter__(self) -> EpochThread:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, ...]:
+        item = self.output_queue.get()
+        if item is None:
             if self.error is not None:
                 raise LoaderError(f"loading failed: {self.error!r}") from self.error
-            raise
+            raise StopIteration
+        batch = item[1]
+        stage = self.engine.stage
+        return batch if stage is None else stage.hand_out(batch)
 
     def close(self) -> None:
         """Stop the producer (and its prefetch thread), wait for it, then release the
         epoch's pages. Idempotent."""
         self.terminate_event.set()
-        prefetcher = getattr(self, "prefetcher", None)
-        if prefetcher is not None:
-            prefetcher.stop()
+        if self.prefetcher is not None:
+            self.prefetcher.stop()
         queue = getattr(self, "output_queue", None)
-        if isinstance(queue, EpochQueue):
+        if queue is not None:
             queue.wake()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(STOP_TIMEOUT_S)
             if self.is_alive():
                 log.warning("epoch thread still busy %.0f s after close", STOP_TIMEOUT_S)
-        context = getattr(self, "memory_context", None)
-        if not getattr(self, "closed", True) and context is not None:
+        if not self.closed:
             self.closed = True
-            context.__exit__(None, None, None)
+            self.memory_context.__exit__(None, None, None)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 @dataclass
 class LoaderShim:
-    """The attributes upstream's ``EpochIterator`` reads from its loader."""
+    """What an epoch thread reads from its loader (the names upstream's loader uses)."""
 
     reader: PairReader
     batch_size: int
@@ -257,7 +341,7 @@ class LoaderShim:
     memory_manager: PairOSCacheManager | PairProcessCacheManager
     traversal_order: PairTraversalOrder
     graph: BufferGraph
-    device: torch.device
+    stage: DeviceStage | None = None
     code: Any = None
 
 

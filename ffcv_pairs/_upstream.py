@@ -12,6 +12,11 @@ process (every rank) twice, for an image field this project never reads:
   JPEG writer and resizer. Here the module gets a stand-in that imports the
   real ``cv2`` the first time one of its attributes is used.
 
+``ffcv/pipeline/graph.py`` starts with ``from distutils.log import warn``, and Python
+3.12 has no ``distutils`` (only setuptools brings it back): where it cannot be
+imported, a stand-in ``distutils.log`` whose ``warn`` is ``warnings.warn`` serves that
+one import and is removed at once.
+
 And ``ffcv/pipeline/compiler.py`` sets torch's and numba's thread counts to 1
 on import, in the importing thread: both are put back as they were, so
 ``import ffcv_pairs`` changes neither. (The loader's epoch threads set their
@@ -37,6 +42,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+import warnings
 from typing import Any
 
 __all__ = ["LazyModule", "import_ffcv", "stop_type_mutation"]
@@ -93,6 +99,19 @@ def stop_type_mutation() -> None:
             module.nb = _NumbaView("numba", readonly)
 
 
+def _distutils_log() -> list[str]:
+    """Put a stand-in ``distutils.log`` in ``sys.modules`` if there is none; the names added."""
+    try:
+        import distutils.log  # noqa: F401
+    except ModuleNotFoundError:
+        package, log = types.ModuleType("distutils"), types.ModuleType("distutils.log")
+        log.warn = warnings.warn  # type: ignore[attr-defined]
+        package.log = log  # type: ignore[attr-defined]
+        sys.modules.update({"distutils": package, "distutils.log": log})
+        return ["distutils", "distutils.log"]
+    return []
+
+
 def import_ffcv() -> None:
     if "ffcv" in sys.modules:
         return
@@ -105,9 +124,12 @@ def import_ffcv() -> None:
     numba.typed.Dict = dict
     stub = LazyModule("cv2")
     sys.modules.setdefault("cv2", stub)
+    stand_ins = _distutils_log()
     try:
         import ffcv  # noqa: F401
     finally:
+        for name in stand_ins:
+            del sys.modules[name]
         numba.typed.Dict = typed_dict
         if sys.modules.get("cv2") is stub:
             del sys.modules["cv2"]  # a later ``import cv2`` gets the real module

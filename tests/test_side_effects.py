@@ -86,3 +86,25 @@ def test_building_a_loader_leaves_upstreams_compiler_alone(
     assert calls == [] and Compiler.is_enabled
     xa, _, label = next(iter(loader))
     assert xa.numpy().tobytes() == a[label.numpy()][..., ::-1].tobytes()
+
+
+def test_ffcv_imports_where_python_has_no_distutils() -> None:
+    """Python 3.12 has no ``distutils``, which upstream's ``graph.py`` imports: the import
+    still works, and leaves no stand-in ``distutils`` behind."""
+    code = (
+        "import sys, importlib.abc\n"
+        "class NoDistutils(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'distutils' or name.startswith('distutils.'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, NoDistutils())\n"
+        "gone = ('distutils', '_distutils_hack')\n"
+        "for name in [m for m in sys.modules if m.split('.')[0] in gone]:\n"
+        "    del sys.modules[name]\n"
+        "import ffcv_pairs, ffcv.pipeline.graph\n"
+        "assert 'distutils' not in sys.modules and 'distutils.log' not in sys.modules\n"
+        "ffcv.pipeline.graph.warn('a warning through the stand-in')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "a warning through the stand-in" in proc.stderr

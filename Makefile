@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pkg-config g++ libopencv-dev libturbojpeg0-dev
 TORCH := torch==2.13.0
 
-.PHONY: install test lint demo bench bench-quick bench-extras gpu-check clean
+.PHONY: install test lint demo bench bench-quick bench-extras gpu-check gpu-bundle clean
 
 install: $(STAMP)
 
@@ -53,10 +53,16 @@ bench-quick: install
 bench-extras: install
 	$(PY) -m bench --setup-extras
 
-# The GPU path on a CUDA machine, under 8 minutes: CUDA tests, pairs/s into GPU memory, a short
-# training run, NCCL with 2+ GPUs; writes bench/results/gpu-<date>.md. Without CUDA: one line, exit 0.
+# The GPU path on a CUDA machine, about 6 minutes: the CPU simulation, CUDA tests, pairs/s into GPU
+# memory, a time-boxed training run, 2 ranks; writes bench/results/gpu-<date>.md. Without CUDA:
+# the simulation, then a line that the CUDA steps were skipped.
 gpu-check: install
 	$(PY) -m bench.gpu_check
 
+# Everything an offline GPU machine lacks, in gpu-bundle/ (git-ignored, < 60 MiB); there:
+# PYTHON=python3 bash gpu-bundle/run.sh OUT
+gpu-bundle: install
+	$(PY) -m bench.gpu_bundle
+
 clean:
-	rm -rf $(VENV) demo_out build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo_out build gpu-bundle *.egg-info .pytest_cache .mypy_cache .ruff_cache

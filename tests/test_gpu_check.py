@@ -8,13 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from bench import gpu_check as G
 
 REPO = Path(__file__).parents[1]
-GPU_STEPS = ["data", "cuda-tests", "throughput", "train"]
+GPU_STEPS = ["simulation", "data", "cuda-tests", "throughput", "train", "ranks"]
 
 
 def _plan_names(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
@@ -24,36 +25,46 @@ def _plan_names(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
     return [line.split(" ", 1)[1].split(":")[0] for line in lines]
 
 
-def test_without_cuda_one_line_and_exit_0(tmp_path: Path, capsys) -> None:
-    assert G.main(["--out", str(tmp_path / "r")], cuda_available=lambda: False) == 0
-    assert capsys.readouterr().out == G.NO_GPU + "\n"
-    assert not (tmp_path / "r").exists()
+def _sim_only(calls: list[str]):
+    def plan(gpus: int, args: argparse.Namespace) -> list[G.Step]:
+        return G.make_plan(gpus, args)[:1] if gpus == 0 else []
+
+    def simulation(ctx: G.Context) -> list[str]:
+        calls.append("simulation")
+        return ["simulated"]
+
+    return lambda gpus, args: [s._replace(run=simulation) for s in plan(gpus, args)]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: it would run")
-def test_the_module_itself_without_cuda(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.gpu_check", "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout == G.NO_GPU + "\n" and list(tmp_path.iterdir()) == []
+def test_without_cuda_only_the_simulation_runs_and_no_report(tmp_path: Path, capsys) -> None:
+    calls: list[str] = []
+    report_dir = tmp_path / "r"
+    assert G.main([], cuda_available=lambda: False, plan=_sim_only(calls)) == 0
+    assert calls == ["simulation"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("gpu-check: simulation: ok") and out[-1] == G.NO_GPU
+    assert not report_dir.exists()
 
 
-def test_dry_run_plans_nccl_only_with_two_gpus(capsys) -> None:
-    assert _plan_names(capsys) == GPU_STEPS
+def test_without_cuda_a_report_where_asked(tmp_path: Path) -> None:
+    calls: list[str] = []
+    rc = G.main(["--out", str(tmp_path)], cuda_available=lambda: False, plan=_sim_only(calls))
+    text = next(tmp_path.iterdir()).read_text()
+    assert rc == 0 and "| simulation | ok |" in text and G.NO_GPU in text
+
+
+def test_dry_run_plans_every_step_with_a_gpu(capsys) -> None:
     assert _plan_names(capsys, "--gpus", "1") == GPU_STEPS
-    assert _plan_names(capsys, "--gpus", "2") == [*GPU_STEPS, "nccl"]
+    assert _plan_names(capsys, "--gpus", "2") == GPU_STEPS
 
 
 def test_the_plan_carries_the_options() -> None:
-    args = G.parse_args(["--train-steps", "7", "--batch-sizes", "128", "512", "--pairs", "99"])
-    steps = {s.name: s for s in G.make_plan(4, args)}
-    assert "7 steps of 1024" in steps["train"].what
-    assert "[128, 512]" in steps["throughput"].what and "99 pairs" in steps["data"].what
+    argv = ["--train-seconds", "7", "--batch-sizes", "128", "512", "--pairs", "99"]
+    steps = {s.name: s for s in G.make_plan(4, G.parse_args(argv))}
+    assert "7 s of 1024" in steps["train"].what
+    assert "[128, 512]" in steps["throughput"].what and "99 at 64x64" in steps["data"].what
     assert steps["cuda-tests"].what == "pytest -m cuda"
+    assert [s.name for s in G.make_plan(0, G.parse_args([]))] == ["simulation"]
 
 
 def _fake_plan(calls: list[str]):
@@ -112,7 +123,7 @@ def test_render_marks_failures_and_adds_up_seconds() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["--train-steps", "0"], ["--batch-sizes", "-4"], ["--pairs", "x"]]
+    "argv", [["--train-seconds", "0"], ["--batch-sizes", "-4"], ["--pairs", "x"]]
 )
 def test_bad_options_exit_2_naming_the_value(argv: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as err:
@@ -122,13 +133,21 @@ def test_bad_options_exit_2_naming_the_value(argv: list[str], capsys) -> None:
 
 
 def test_the_data_step_writes_a_beton(tmp_path: Path) -> None:
-    ctx = G.Context(G.parse_args(["--pairs", "24"]), tmp_path)
+    ctx = G.Context(G.parse_args(["--pairs", "24", "--pairs-224", "10"]), tmp_path)
     lines = G.step_data(ctx)
-    assert ctx.beton is not None and ctx.beton.exists() and "24 pairs" in lines[0]
+    assert (
+        "24 pairs of uint8[3, 64, 64]" in lines[0] and "10 pairs of uint8[3, 224, 224]" in lines[1]
+    )
     from ffcv_pairs import make_loader
 
-    a, _, label = next(iter(make_loader(ctx.beton, batch_size=8, device="cpu")))
-    assert a.shape == (8, *G.SHAPE) and a.dtype == torch.uint8 and set(label.tolist()) <= {0, 1}
+    for side, n in ((64, 24), (224, 10)):
+        a, _, label = next(iter(make_loader(ctx.files[side], batch_size=8, device="cpu")))
+        assert a.shape == (8, 3, side, side) and a.dtype == torch.uint8
+        assert set(label.tolist()) <= {0, 1}
+        pairs = G.MemmapPairs(tmp_path, side)
+        assert len(pairs) == n and torch.equal(
+            pairs[3][0], torch.from_numpy(np.load(tmp_path / f"{side}-A.npy")[3])
+        )
 
 
 def test_pytest_m_cuda_selects_the_gpu_tests() -> None:

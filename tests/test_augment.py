@@ -281,17 +281,25 @@ def test_normalize_and_dtype_on_device_stage(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"hflip": 1.5}, r"hflip=1.5 must be a probability in \[0, 1\]"),
-        ({"vflip": -0.1}, "vflip=-0.1"),
+        ({"hflip": 1.5}, r"augment hflip must be between 0.0 and 1.0, got 1.5"),
+        ({"vflip": -0.1}, r"augment vflip must be between 0.0 and 1.0, got -0.1"),
         ({"crop": (40, 40)}, r"crop=\(40, 40\) is larger than A's image \(16, 16\)"),
         (
             {"normalize_mean": (1.0, 2.0), "normalize_std": (1.0, 1.0)},
             "normalize_mean has 2 values but A has 3 channel",
         ),
         ({"crop": (8, 10), "rot90": True}, "rot90 needs a square output"),
-        ({"pad_mode": "wrap"}, "pad_mode='wrap'"),
+        (
+            {"pad_mode": "wrap"},
+            r"augment pad_mode must be one of \['constant', 'reflect', 'edge'\], got 'wrap'",
+        ),
         ({"crop_scale": (0.5, 1.0)}, "crop_scale needs crop"),
-        ({"brightness": 1.5}, r"brightness=1.5 must be in \[0, 1\)"),
+        (
+            {"crop": (8, 8), "crop_padding": 2, "fill": 300},
+            r"augment fill=300.0 is not a uint8 value \(A is uint8\): use a whole number in "
+            r"\[0, 255\]",
+        ),
+        ({"brightness": 1.5}, r"augment brightness must be >= 0.0 and < 1.0, got 1.5"),
     ],
 )
 def test_bad_config_names_field_and_range(tmp_path: Path, kwargs, needle) -> None:
@@ -299,6 +307,9 @@ def test_bad_config_names_field_and_range(tmp_path: Path, kwargs, needle) -> Non
     path = _file(tmp_path, a, b, labels)
     with pytest.raises(ValueError, match=needle):
         make_loader(path, batch_size=4, augment=PairAugment(**kwargs))
+    if "crop" not in kwargs and "normalize_mean" not in kwargs:  # checked where given
+        with pytest.raises(ValueError, match=needle):
+            PairAugment(**kwargs)
 
 
 def test_yaml_roundtrip(tmp_path: Path) -> None:

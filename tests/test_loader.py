@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -228,9 +229,22 @@ def test_batch_larger_than_rank_share(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"order": "shuffle"}, "order 'shuffle'"),
-        ({"batch_size": 0}, "batch_size must"),
-        ({"num_threads": 0}, "num_threads must"),
+        (
+            {"order": "shuffle"},
+            "order must be one of ['quasi_random', 'random', 'sequential'], got 'shuffle'",
+        ),
+        ({"batch_size": 0}, "batch_size must be between 1 and"),
+        ({"batch_size": 1.5}, "batch_size must be an integer, got 1.5 (float)"),
+        ({"seed": "abc"}, "seed must be an integer, got 'abc' (str)"),
+        ({"seed": "5", "order": "sequential"}, "seed must be an integer, got '5' (str)"),
+        ({"seed": 1.5, "order": "sequential"}, "seed must be an integer, got 1.5 (float)"),
+        ({"seed": 2**70}, f"seed must be between 0 and {2**63 - 1}, got {2**70}"),
+        ({"indices": []}, "indices is empty: it selects no samples"),
+        ({"num_threads": 0}, "num_threads must be between 1 and"),
+        ({"num_threads": 1000}, "num_threads must be between 1 and"),
+        ({"max_ram_gb": -1}, "max_ram_gb must be > 0, got -1.0"),
+        ({"drop_last": "x"}, "drop_last must be True or False, got 'x' (str)"),
+        ({"device": 3}, "device must be a device name"),
         ({"rank": 1}, "pass both rank and world_size"),
         ({"distributed": True}, "initialised torch.distributed"),
         ({"bogus": 1}, "bogus"),
@@ -240,7 +254,7 @@ def test_batch_larger_than_rank_share(tmp_path: Path) -> None:
 def test_bad_arguments(tmp_path: Path, kwargs, needle) -> None:
     path, _, _ = _write(tmp_path)
     args = {"batch_size": 4, **kwargs}
-    with pytest.raises((ValueError, TypeError), match=needle.replace("(", r"\(")):
+    with pytest.raises((ValueError, TypeError), match=re.escape(needle)):
         make_loader(path, **args)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -293,8 +294,36 @@ def test_malformed_states(path: Path) -> None:
     too_many = {**state, "segments": [{**state["segments"][0], "batches": 99}]}
     with pytest.raises(ValueError, match="99 batches"):
         loader.load_state_dict(too_many)
-    with pytest.raises(ValueError, match="segment world_size must be at least 1"):
-        loader.load_state_dict({**state, "segments": [{**state["segments"][0], "world_size": 0}]})
+    seg = state["segments"][0]
+    bad = [
+        (
+            {**state, "segments": [{**seg, "world_size": 0}]},
+            "state segments[0].world_size must be between 1 and",
+        ),
+        ({**state, "epoch": 1.5}, "state epoch must be an integer, got 1.5 (float)"),
+        ({**state, "epoch": 10**30}, "state epoch must be between 0 and"),
+        ({**state, "epoch": -1}, "state epoch must be between 0 and"),
+        ({**state, "segments": []}, "batches_consumed is 2 but its segments record no batch"),
+        (
+            {**state, "segments": [{**seg, "drop_last": "x"}]},
+            "state segments[0].drop_last must be True or False, got 'x'",
+        ),
+        ({**state, "segments": [None]}, "state segments[0] must be a mapping, got None"),
+        (
+            {**state, "segments": [{**seg, "batches": 1.0}]},
+            "state segments[0].batches must be an integer",
+        ),
+        ({**state, "segments": [{**seg, "extra": 1}]}, "state segments[0] must have the keys"),
+        ({**state, "segments": "abc"}, "state segments must be a list, got str"),
+        ({**state, "batches_consumed": "2"}, "state batches_consumed must be an integer, got '2'"),
+    ]
+    for broken, needle in bad:
+        with pytest.raises((ValueError, TypeError), match=re.escape(needle)):
+            loader.load_state_dict(broken)
+    with pytest.raises(TypeError, match="a loader state must be a dict, got NoneType"):
+        loader.load_state_dict(None)  # type: ignore[arg-type]
+    loader.load_state_dict(state)  # the good state still loads after all that
+    assert loader.state_dict()["batches_consumed"] == 2
 
 
 def test_set_epoch_to_another_epoch_drops_the_resume_point(path: Path) -> None:

@@ -32,8 +32,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import yaml
 
+from .._checks import flag, integer, number, one_of, optional, pair, sequence_of
 from ..format.schema import ArraySpec, PairSchema
 from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, GeometryConfig
 from ..kernels.photometric import PhotometricConfig
@@ -43,6 +45,8 @@ __all__ = ["ImageLayout", "PairAugment", "image_layout"]
 PadMode = Literal["constant", "reflect", "edge"]
 _PAD_MODES = {"constant": PAD_CONSTANT, "reflect": PAD_REFLECT, "edge": PAD_EDGE}
 OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
+#: Largest crop side, padding or shift, in pixels.
+MAX_SIDE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -106,17 +110,9 @@ def image_layout(spec: ArraySpec, channels: str = "auto", name: str = "image") -
     raise ValueError(f"channels must be auto, first or last, got {channels!r}")
 
 
-def _check_prob(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"augment {name}={value} must be a probability in [0, 1]")
-
-
-def _check_pair(name: str, value: Any, lo: float, hi: float | None = None) -> None:
-    if value is None:
-        return
-    if len(value) != 2 or not lo <= value[0] <= value[1] or (hi is not None and value[1] > hi):
-        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ValueError(f"augment {name}={tuple(value)} must be (low, high) with values {bound}")
+def _ordered(name: str, value: tuple[float, float] | None) -> None:
+    if value is not None and value[0] > value[1]:
+        raise ValueError(f"augment {name}={value} must be (low, high) with low <= high")
 
 
 @dataclass(frozen=True)
@@ -169,54 +165,46 @@ class PairAugment:
     channels: Literal["auto", "first", "last"] = "auto"
 
     def __post_init__(self) -> None:
-        for name in (
-            "crop",
-            "crop_scale",
-            "crop_ratio",
-            "translate",
-            "normalize_mean",
-            "normalize_std",
-        ):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, tuple(value))
         self._check_geometry()
         self._check_photometric_and_output()
 
+    def _put(self, name: str, check: Any, *args: Any, **bounds: Any) -> None:
+        object.__setattr__(
+            self, name, check(f"augment {name}", getattr(self, name), *args, **bounds)
+        )
+
     def _check_geometry(self) -> None:
-        _check_prob("hflip", self.hflip)
-        _check_prob("vflip", self.vflip)
-        if self.crop is not None and (len(self.crop) != 2 or min(self.crop) < 1):
-            raise ValueError(f"augment crop={self.crop} must be (height, width) >= 1")
-        if self.crop_padding < 0:
-            raise ValueError(f"augment crop_padding={self.crop_padding} must be >= 0")
-        _check_pair("crop_scale", self.crop_scale, 1e-6, 1.0)
-        _check_pair("crop_ratio", self.crop_ratio, 1e-6)
+        put = self._put
+        put("hflip", number, 0.0, 1.0)
+        put("vflip", number, 0.0, 1.0)
+        put("rot90", flag)
+        put("crop", optional(pair), integer, least=1, most=MAX_SIDE)
+        put("crop_padding", integer, 0, MAX_SIDE)
+        put("crop_scale", optional(pair), number, above=0.0, most=1.0)
+        put("crop_ratio", pair, number, above=0.0, most=1e6)
+        put("translate", pair, integer, least=0, most=MAX_SIDE)
+        put("pad_mode", one_of, list(_PAD_MODES))
+        put("fill", number)
+        _ordered("crop_scale", self.crop_scale)
+        _ordered("crop_ratio", self.crop_ratio)
         if self.crop_scale is not None and self.crop is None:
             raise ValueError("augment crop_scale needs crop=(height, width), the output size")
         if self.crop_scale is not None and self.crop_padding:
             raise ValueError("augment crop_padding applies to plain crops; unset it or crop_scale")
-        if len(self.translate) != 2 or min(self.translate) < 0:
-            raise ValueError(f"augment translate={self.translate} must be (dy, dx) >= 0")
-        if self.pad_mode not in _PAD_MODES:
-            raise ValueError(
-                f"augment pad_mode={self.pad_mode!r} must be one of {list(_PAD_MODES)}"
-            )
 
     def _check_photometric_and_output(self) -> None:
-        for name in ("brightness", "contrast"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"augment {name}={getattr(self, name)} must be in [0, 1)")
-        if self.noise_std < 0:
-            raise ValueError(f"augment noise_std={self.noise_std} must be >= 0")
+        put = self._put
+        put("brightness", number, 0.0, below=1.0)
+        put("contrast", number, 0.0, below=1.0)
+        put("noise_std", number, 0.0)
+        for name in ("brightness_paired", "contrast_paired", "noise_paired", "paired_geometry"):
+            put(name, flag)
+        put("normalize_mean", optional(sequence_of), number)
+        put("normalize_std", optional(sequence_of), number, above=0.0)
         if (self.normalize_mean is None) != (self.normalize_std is None):
             raise ValueError("augment normalize_mean and normalize_std go together")
-        if self.normalize_std is not None and min(self.normalize_std) <= 0:
-            raise ValueError(f"augment normalize_std={self.normalize_std} must be positive")
-        if self.out_dtype not in (None, "uint8", "float16", "bfloat16", "float32"):
-            raise ValueError(
-                f"augment out_dtype={self.out_dtype!r} must be uint8, float16, bfloat16 or float32"
-            )
+        put("out_dtype", optional(one_of), ["uint8", "float16", "bfloat16", "float32"])
+        put("channels", one_of, ["auto", "first", "last"])
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -263,6 +251,7 @@ class PairAugment:
                 f"{(a.height, a.width)} and {(b.height, b.width)}"
             )
         for name, lay in out.items():
+            self._check_fill(name, schema.spec(name))
             oh, ow = self.crop if self.crop is not None else (lay.height, lay.width)
             if self.crop is not None and self.crop_scale is None:
                 room = (lay.height + 2 * self.crop_padding, lay.width + 2 * self.crop_padding)
@@ -286,6 +275,18 @@ class PairAugment:
                             f"has {lay.num_channels} channel(s) (shape {schema.spec(name).shape})"
                         )
         return out
+
+    def _check_fill(self, name: str, spec: ArraySpec) -> None:
+        """``fill`` must be a value of the stored dtype: padding never wraps or rounds."""
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind not in "iu":
+            return
+        info = np.iinfo(dtype)
+        if not (float(self.fill).is_integer() and info.min <= self.fill <= info.max):
+            raise ValueError(
+                f"augment fill={self.fill} is not a {dtype} value ({name} is {dtype}): use a "
+                f"whole number in [{info.min}, {info.max}]"
+            )
 
     def output_shape(self, layout: ImageLayout) -> tuple[int, ...]:
         oh, ow = self.crop if self.crop is not None else (layout.height, layout.width)

@@ -30,10 +30,18 @@ from typing import Any
 
 import lightning as L
 
+from .._checks import integer, optional
 from ..augment.config import PairAugment, image_layout
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
-from ..load.loader import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, PairLoader, make_loader
+from ..load.config import MAX_BATCH
+from ..load.loader import (
+    DEFAULT_PREFETCH,
+    DEFAULT_WINDOW_BYTES,
+    LoaderConfig,
+    PairLoader,
+    make_loader,
+)
 from ..load.order import OrderKind
 from ..load.world import default_num_threads
 
@@ -91,8 +99,22 @@ class PairDataModule(L.LightningDataModule):
                 f"batch_size={batch_size}"
             )
         for name, value in (("global_batch_size", global_batch_size), ("batch_size", batch_size)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+            optional(integer)(name, value, 1, MAX_BATCH)
+        for name, path in (
+            ("train_path", train_path),
+            ("val_path", val_path),
+            ("test_path", test_path),
+        ):
+            if path is not None and not isinstance(path, str | os.PathLike):
+                raise TypeError(
+                    f"{name} must be a path or None, got {path!r} ({type(path).__name__})"
+                )
+        # The loader's options, checked now (each loader is made later, at setup).
+        LoaderConfig(
+            batch_size=1, order=order, os_cache=os_cache, seed=seed, augment=augment,
+            num_threads=num_threads, window_bytes=window_bytes, batches_ahead=batches_ahead,
+            prefetch=prefetch, max_ram_gb=max_ram_gb, device=device,
+        )  # fmt: skip
         self.save_hyperparameters(ignore=["augment"])
         self.paths = {"train": train_path, "val": val_path, "test": test_path}
         self.global_batch_size, self._batch_size = global_batch_size, batch_size

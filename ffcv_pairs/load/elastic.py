@@ -31,10 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import flag, integer
 from .index import PageIndex
 from .order import OrderSpec, deal, epoch_order, read_order
 
 __all__ = [
+    "MAX_BATCH",
+    "MAX_WORLD",
     "EpochPosition",
     "Segment",
     "batches_in",
@@ -43,6 +46,11 @@ __all__ = [
     "resume_epoch",
     "resume_point",
 ]
+
+
+#: Bounds a saved state's numbers must respect (far beyond any real job).
+MAX_WORLD = 1 << 20
+MAX_BATCH = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -71,16 +79,26 @@ class Segment:
                 raise ValueError(f"segment {name} must be at least {least}, got {value}")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Segment:
-        try:
-            return cls(
-                int(data["world_size"]),
-                int(data["batch_size"]),
-                bool(data["drop_last"]),
-                int(data["batches"]),
+    def from_dict(cls, data: Any, name: str = "segment") -> Segment:
+        """A segment of a saved state, checked as strictly as a file format.
+
+        Raises:
+            TypeError, ValueError: not a mapping, a missing or unknown key, or a value of
+                the wrong type or range (named as ``name.key``).
+        """
+        if not isinstance(data, dict):
+            raise TypeError(f"{name} must be a mapping, got {data!r} ({type(data).__name__})")
+        keys = {"world_size", "batch_size", "drop_last", "batches"}
+        if set(data) != keys:
+            raise ValueError(
+                f"{name} must have the keys {sorted(keys)}, got {sorted(map(str, data))}"
             )
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"not a resume segment: {data!r} ({e})") from None
+        return cls(
+            integer(f"{name}.world_size", data["world_size"], 1, MAX_WORLD),
+            integer(f"{name}.batch_size", data["batch_size"], 1, MAX_BATCH),
+            flag(f"{name}.drop_last", data["drop_last"]),
+            integer(f"{name}.batches", data["batches"], 0, MAX_BATCH),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -31,7 +31,12 @@ def check_indices(indices: object, num_samples: int) -> np.ndarray | None:
     """
     if indices is None:
         return None
-    ids = np.asarray(indices)
+    try:
+        ids = np.asarray(indices)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"indices must be a 1-d array of sample ids or a mask: {e}") from None
+    if ids.ndim == 1 and len(ids) == 0:
+        raise ValueError("indices is empty: it selects no samples (None reads them all)")
     if ids.ndim != 1:
         raise ValueError(f"indices must be 1-d, got shape {ids.shape}")
     if ids.dtype == np.bool_:
@@ -40,6 +45,8 @@ def check_indices(indices: object, num_samples: int) -> np.ndarray | None:
                 f"a boolean indices mask must have one entry per sample ({num_samples}), "
                 f"got {len(ids)}"
             )
+        if not ids.any():
+            raise ValueError("the indices mask is all False: it selects no samples")
         return np.flatnonzero(ids).astype(np.int64)
     if ids.dtype.kind not in "iu":
         first = ids[0].item() if len(ids) else None

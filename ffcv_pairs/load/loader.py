@@ -297,7 +297,7 @@ class PairLoader:
                 state is malformed.
         """
         segments = check_resume(state, self._fingerprint)
-        epoch = int(state["epoch"])
+        epoch = int(state["epoch"])  # checked: a non-negative integer
         self._next_epoch, self._progress, self._resume = epoch, None, None
         if segments:
             self._resume = resume_epoch(self.index, self.spec, epoch, segments)

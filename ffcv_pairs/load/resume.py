@@ -14,13 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import integer
 from ..format.integrity import load_manifest
 from ..format.reader import PairReader
-from .elastic import Segment
+from .elastic import MAX_BATCH, Segment
 from .index import PageIndex
 from .order import OrderSpec
 
 __all__ = ["FIXED", "check_resume", "file_identity", "resume_fingerprint"]
+
+#: Largest epoch a state may name (epochs key 64-bit hashes).
+MAX_EPOCH = 2**62
 
 #: Fingerprint fields a mid-epoch resume must keep, with the words that name them.
 FIXED = {
@@ -73,21 +77,34 @@ def check_resume(state: dict[str, Any], fingerprint: dict[str, Any]) -> list[Seg
     Raises:
         ValueError: a field that may not change did (named), or a malformed state.
     """
+    if not isinstance(state, dict):
+        raise TypeError(f"a loader state must be a dict, got {type(state).__name__}")
     for key in ("epoch", "batches_consumed"):
         if key not in state:
-            raise ValueError(f"not a loader state: no {key!r} (keys {sorted(state)})")
-    if int(state["epoch"]) < 0:
-        raise ValueError(f"state epoch must be non-negative, got {state['epoch']}")
+            raise ValueError(f"not a loader state: no {key!r} (keys {sorted(map(str, state))})")
+    epoch = integer("state epoch", state["epoch"], 0, MAX_EPOCH)
+    consumed = integer("state batches_consumed", state["batches_consumed"], 0, MAX_BATCH)
     if "segments" in state:
-        segments = [Segment.from_dict(s) for s in state["segments"]]
-    elif int(state["batches_consumed"]):
+        raw = state["segments"]
+        if not isinstance(raw, list | tuple):
+            raise TypeError(f"state segments must be a list, got {type(raw).__name__}")
+        segments = [Segment.from_dict(s, f"state segments[{i}]") for i, s in enumerate(raw)]
+    elif consumed:
         raise ValueError(
-            f"a mid-epoch state without 'segments' (epoch {state['epoch']}, batch "
-            f"{state['batches_consumed']}) comes from an older ffcv-pairs; resume from an "
+            f"a mid-epoch state without 'segments' (epoch {epoch}, batch "
+            f"{consumed}) comes from an older ffcv-pairs; resume from an "
             f"end-of-epoch checkpoint"
         )
     else:
         segments = []
+    if consumed and not any(s.batches for s in segments):
+        # (The other way round is a real state: a few samples consumed on another world
+        # may round to no whole batch of this one.)
+        raise ValueError(
+            f"malformed state: batches_consumed is {consumed} but its segments record no "
+            f"batch consumed ({len(segments)} segment(s)); a mid-epoch state lists the "
+            f"segments run so far"
+        )
     if not any(s.batches for s in segments):
         return []
     for key, words in FIXED.items():

@@ -15,7 +15,7 @@ from conftest import make_arrays, write_batched
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
 from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.sidecar import Manifest, manifest_path
-from ffcv_pairs.format.stats import HEADER_BYTES, stats_path
+from ffcv_pairs.format.stats import HEADER_BYTES, StatsWarning, hash_stats, stats_path
 from ffcv_pairs.kernels.bytesums import STATS_FIRST, STATS_LAST, STATS_TOTAL, image_stats
 from ffcv_pairs.kernels.photometric import ChannelLayout, image_mean, stored_mean
 from ffcv_pairs.write.permute import Permutation
@@ -163,6 +163,7 @@ def test_loader_means_from_stats_give_the_same_bytes(tmp_path: Path, case: str, 
     records = halved[HEADER_BYTES:].view("<u4").reshape(-1, 2, 4)
     records[:, :, 1:] //= 2
     stats.write_bytes(halved.tobytes())
+    _vouch_for(out)  # a sidecar that agrees: the loader trusts the halved sums
     tampered = _epoch(out, augment)
     assert any((x != y).any() for x, y in zip(with_stats, tampered)) == used
 
@@ -178,6 +179,35 @@ def test_loader_means_from_stats_give_the_same_bytes(tmp_path: Path, case: str, 
         stale = _epoch(out, augment)
     assert "does not belong to this file" in caplog.text
     for x, y in zip(with_stats, stale):
+        np.testing.assert_array_equal(x, y)
+
+
+def _vouch_for(beton: Path) -> None:
+    """Make the sidecar's SHA-256 of the stats file match its bytes as they are now."""
+    sidecar = manifest_path(beton)
+    manifest = json.loads(sidecar.read_text())
+    manifest["stats"]["sha256"] = hash_stats(stats_path(beton))
+    sidecar.write_text(json.dumps(manifest))
+
+
+def test_a_damaged_stats_file_is_never_used(tmp_path: Path) -> None:
+    """One sample's channel sums zeroed (the sidecar not told): the loader warns, names the
+    file, and computes that mean from the pixels; the batches are those without stats."""
+    a, b, labels = make_arrays(N, (3, 16, 16), seed=6)
+    b = (b // 2).astype(np.uint8)
+    out = tmp_path / "d.beton"
+    write_pairs(ArraySource(a, b, labels), out, page_size=1 << 16, workers=1, progress=False)
+    augment = AUGMENTS["plain"][0]
+    stats = stats_path(out)
+    saved = stats.read_bytes()
+    stats.unlink()
+    without = _epoch(out, augment)
+    damaged = np.frombuffer(saved, dtype=np.uint8).copy()
+    damaged[HEADER_BYTES:].view("<u4").reshape(-1, 2, 4)[7, 0, 1:] = 0
+    stats.write_bytes(damaged.tobytes())
+    with pytest.warns(StatsWarning, match=r"d\.beton\.stats fails its checksum"):
+        got = _epoch(out, augment)
+    for x, y in zip(without, got):
         np.testing.assert_array_equal(x, y)
 
 

@@ -106,6 +106,22 @@ def test_a_held_batch_is_not_overwritten(tmp_path: Path, run_ahead) -> None:
         prev, prev_copy = cur, [t.clone() for t in cur]
 
 
+def test_labels_may_be_kept_without_a_copy(tmp_path: Path, run_ahead) -> None:
+    """Labels are what callers keep (epoch-end metrics): every one handed out stays as it
+    was, while image slots are reused."""
+    path, _, _ = _write(tmp_path, n=2000, page_size=8192)
+    loader = make_loader(path, batch_size=10, order="random", batches_ahead=2, num_threads=1)
+    kept, ids = [], []
+    for _ in range(2):
+        for _, _, label in loader:
+            run_ahead(loader)
+            kept.append(label)
+            ids.append(loader.last_batch_ids.copy())
+    assert len(kept) == 2 * len(loader)
+    for label, want in zip(kept, ids):
+        assert label.tolist() == want.tolist()  # write_small_beton: label i is sample i
+
+
 def test_buffers_are_allocated_once_and_held_batches_survive_an_epoch_boundary(
     tmp_path: Path, run_ahead
 ) -> None:

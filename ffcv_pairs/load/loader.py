@@ -13,7 +13,8 @@ Built from this project's reader, page index, traversal order, memory manager,
 decoders and augmentation ops, run by upstream's compiled pipeline in this
 project's epoch thread (:mod:`~ffcv_pairs.load.pipeline`), and moved to a GPU by
 :mod:`~ffcv_pairs.load.delivery`. What a caller may hold: on the CPU the current
-batch and one more (they are reused slots); on a GPU any number.
+batch and one more (the images are reused slots; labels are always fresh
+tensors); on a GPU any number.
 """
 
 from __future__ import annotations
@@ -248,6 +249,10 @@ class PairLoader:
         )
         try:
             for k, batch in enumerate(it):
+                if self.copy_engine is None:
+                    # Image slots are reused (hold two batches); labels, which callers keep
+                    # for metrics, are copied: B int64s.
+                    batch = (*batch[:-1], batch[-1].clone())
                 state = state.advanced()
                 self._progress = state
                 self.last_batch_ids = rest[k * bs : (k + 1) * bs]

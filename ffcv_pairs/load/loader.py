@@ -28,20 +28,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
-from ffcv.pipeline import PipelineSpec
-from ffcv.pipeline.operation import Operation
-from ffcv.transforms import ToTensor
 
 from ..augment.config import PairAugment
-from ..augment.ops import cpu_ops, device_ops
-from ..augment.plan import stage_plan
 from ..format.integrity import load_stats, open_beton
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
 from .config import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig
-from .decoders import LabelDecoder, PairDecoder, TakeField
 from .delivery.engines import CopyEngine, CudaEngine
-from .delivery.stage import DeviceStage, Finisher
+from .delivery.stage import DeviceStage
 from .devices import resolve_device
 from .elastic import EpochPosition, batches_in, plan_order, resume_epoch
 from .index import PageIndex
@@ -50,6 +44,8 @@ from .order import OrderKind, OrderSpec, PairTraversalOrder
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .prefetch import prefetch_mode
 from .resume import check_resume, resume_fingerprint
+from .specs import pair_specs
+from .truncation import FileWatch, forget_mappings, watch_mappings
 from .world import default_num_threads, local_ranks, resolve_world
 
 __all__ = [
@@ -62,12 +58,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-def _finisher(op: Operation) -> Finisher:
-    """A torch op of the pipeline (``f(x, dst)``) as a device-stage step (``f(x)``)."""
-    code = op.generate_code()
-    return lambda x: code(x, None)
 
 
 class PairLoader:
@@ -115,7 +105,12 @@ class PairLoader:
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
         self._clock[0] = cfg.seed
         memory = (PairOSCacheManager if cfg.os_cache else PairProcessCacheManager)(self.reader)
-        specs, finishers = self._pipelines()
+        stats = (
+            load_stats(self.reader) if cfg.augment is not None and cfg.augment.contrast else None
+        )
+        specs, finishers = pair_specs(
+            self.reader, cfg.augment, self._clock, stats, on_cpu=copy_engine is None
+        )
         self.graph, code = build_graph(self.reader, specs)
         slots = cfg.batches_ahead + 3
         stage = None if copy_engine is None else DeviceStage(copy_engine, slots, finishers)
@@ -131,6 +126,7 @@ class PairLoader:
             self.graph,
             stage,
             code,
+            FileWatch(self.path),
         )
         self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
         check_budget(self.memory_estimate, cfg.max_ram_gb)
@@ -146,40 +142,6 @@ class PairLoader:
         #: differ when the world or batch size changed); PairDataModule uses it to
         #: keep Lightning's batch count in step.
         self.on_resume: Callable[[int, int], None] | None = None
-
-    # -- pipelines ---------------------------------------------------------------------
-    def _pipelines(self) -> tuple[dict[str, PipelineSpec], list[list[Finisher]]]:
-        """A: decoder (both images) -> take A -> ...; B: the same decoder -> take B -> ...;
-        and, with a copy engine, each output's device ops (run after its copy)."""
-        aug = self.config.augment
-        on_cpu = self.copy_engine is None
-        b_ptrs = self.reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
-        plan = stage_plan(aug, self.schema, on_cpu=on_cpu)
-        stats = load_stats(self.reader) if aug is not None and aug.contrast > 0 else None
-        decoder = PairDecoder(
-            self.schema, b_ptrs, aug, self._clock, self.reader.page_shift, plan, stats
-        )
-        specs: dict[str, PipelineSpec] = {}
-        finishers: list[list[Finisher]] = []
-        for index, name in enumerate(PairSchema.IMAGE_FIELDS):
-            out = decoder.fields[index]
-            after = device_ops(aug, name, self.schema, plan) if aug else []
-            ops = [
-                TakeField(index, out.out_shape, out.dtype),
-                *(cpu_ops(aug, name, self.schema, self._clock, plan) if aug else []),
-                ToTensor(),
-                *(after if on_cpu else []),
-            ]
-            finishers.append([] if on_cpu else [_finisher(op) for op in after])
-            if index == 0:
-                specs[name] = PipelineSpec(name, decoder=decoder, transforms=ops)
-            else:
-                specs[name] = PipelineSpec(decoder, transforms=ops)
-        specs[PairSchema.LABEL_FIELD] = PipelineSpec(
-            PairSchema.LABEL_FIELD, decoder=LabelDecoder(), transforms=[ToTensor()]
-        )
-        finishers.append([])
-        return specs, finishers
 
     # -- epochs ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -219,6 +181,13 @@ class PairLoader:
             self._active.close()
             self._active = None
 
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+            forget_mappings(id(self))
+            if self._engine.watch is not None:
+                self._engine.watch.close()
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         """One epoch. Lazy: the epoch is fixed, and loading starts, at the first ``next()``.
 
@@ -247,6 +216,9 @@ class PairLoader:
         self._active = it = EpochThread(
             self._engine, rest, cfg.batches_ahead, cfg.prefetch, in_flight, mode
         )
+        mapped = [self.reader.metadata, self.reader.alloc_table]
+        mapped += [m for m in [getattr(it.memory_context, "mmap", None)] if m is not None]
+        watch_mappings(id(self), self.path, mapped)
         try:
             for k, batch in enumerate(it):
                 if self.copy_engine is None:
@@ -319,10 +291,6 @@ class PairLoader:
 
     def __repr__(self) -> str:
         return f"PairLoader({self.describe()})"
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
 
 
 def make_loader(

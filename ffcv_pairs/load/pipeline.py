@@ -47,11 +47,12 @@ from ffcv.pipeline.allocation_query import AllocationQuery
 from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.graph import Graph
 
-from ..format.reader import PairReader
+from ..format.reader import BetonError, PairReader
 from .delivery.stage import DeviceStage
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import PairTraversalOrder
 from .prefetch import Prefetcher, SamplePrefetcher, page_schedule, sample_schedule
+from .truncation import FileWatch
 
 __all__ = ["BufferGraph", "EpochQueue", "EpochThread", "LoaderError", "LoaderShim", "build_graph"]
 
@@ -254,6 +255,8 @@ class EpochThread(threading.Thread):
         """Batch ``b_ix`` into buffer ``slot``: its CPU tensors, or its device delivery."""
         if self.prefetcher is not None:
             self.prefetcher.advance(b_ix)
+        if self.engine.watch is not None:
+            self.engine.watch.check()  # not a byte of a file rewritten in place
         stage = self.engine.stage
         if stage is not None:
             stage.before_fill(slot)
@@ -301,6 +304,8 @@ class EpochThread(threading.Thread):
     def __next__(self) -> tuple[torch.Tensor, ...]:
         item = self.output_queue.get()
         if item is None:
+            if isinstance(self.error, BetonError):  # says itself what happened to the file
+                raise LoaderError(str(self.error)) from self.error
             if self.error is not None:
                 raise LoaderError(f"loading failed: {self.error!r}") from self.error
             raise StopIteration
@@ -343,6 +348,7 @@ class LoaderShim:
     graph: BufferGraph
     stage: DeviceStage | None = None
     code: Any = None
+    watch: FileWatch | None = None
 
 
 def build_graph(reader: PairReader, specs: dict[str, PipelineSpec]) -> tuple[BufferGraph, Any]:

@@ -1,0 +1,68 @@
+"""The FFCV pipeline specs of a loader: one shared decoder for A and B, then each
+field's CPU ops, and (with a device stage) the device ops each output runs after
+its copy."""
+
+from __future__ import annotations
+
+import numpy as np
+from ffcv.pipeline import PipelineSpec
+from ffcv.pipeline.operation import Operation
+from ffcv.transforms import ToTensor
+
+from ..augment.config import PairAugment
+from ..augment.ops import cpu_ops, device_ops
+from ..augment.plan import stage_plan
+from ..format.reader import PairReader
+from ..format.schema import PairSchema
+from .decoders import LabelDecoder, PairDecoder, TakeField
+from .delivery.stage import Finisher
+
+__all__ = ["pair_specs"]
+
+
+def _finisher(op: Operation) -> Finisher:
+    """A torch op of the pipeline (``f(x, dst)``) as a device-stage step (``f(x)``)."""
+    code = op.generate_code()
+    return lambda x: code(x, None)
+
+
+def pair_specs(
+    reader: PairReader,
+    augment: PairAugment | None,
+    clock: np.ndarray,
+    stats: tuple[np.ndarray, dict[str, str | None]] | None,
+    on_cpu: bool,
+) -> tuple[dict[str, PipelineSpec], list[list[Finisher]]]:
+    """A: decoder (both images) -> take A -> ...; B: the same decoder -> take B -> ...;
+    label: its decoder. With ``on_cpu`` the device ops (normalise, cast) end the
+    pipelines; otherwise they are returned, per output, for the device stage.
+
+    Args:
+        clock: The loader's ``[seed, epoch]``, read by the augmentation kernels.
+        stats: The file's image statistics (:func:`~ffcv_pairs.format.integrity.load_stats`).
+    """
+    schema = reader.schema
+    b_ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
+    plan = stage_plan(augment, schema, on_cpu=on_cpu)
+    decoder = PairDecoder(schema, b_ptrs, augment, clock, reader.page_shift, plan, stats)
+    specs: dict[str, PipelineSpec] = {}
+    finishers: list[list[Finisher]] = []
+    for index, name in enumerate(PairSchema.IMAGE_FIELDS):
+        out = decoder.fields[index]
+        after = device_ops(augment, name, schema, plan) if augment else []
+        ops = [
+            TakeField(index, out.out_shape, out.dtype),
+            *(cpu_ops(augment, name, schema, clock, plan) if augment else []),
+            ToTensor(),
+            *(after if on_cpu else []),
+        ]
+        finishers.append([] if on_cpu else [_finisher(op) for op in after])
+        if index == 0:
+            specs[name] = PipelineSpec(name, decoder=decoder, transforms=ops)
+        else:
+            specs[name] = PipelineSpec(decoder, transforms=ops)
+    specs[PairSchema.LABEL_FIELD] = PipelineSpec(
+        PairSchema.LABEL_FIELD, decoder=LabelDecoder(), transforms=[ToTensor()]
+    )
+    finishers.append([])
+    return specs, finishers

@@ -12,8 +12,12 @@ Commands::
 User errors print one line, ``error: <file>: <what is wrong>``, on stderr and
 exit with status 2; there is no traceback. So does a writer whose worker died;
 SIGTERM and Ctrl-C exit with 128 + the signal. Either way the message says when
-``--resume`` can continue from the kept ``.partial``. ``verify`` exits 1 at the first bad
-block or sample, which it names.
+``--resume`` can continue from the kept ``.partial``.
+
+``verify`` exits 0 when everything it checked matches, 1 at the first bad block or
+sample (which it names), 2 on misuse (a path that is missing or a directory, a bad
+flag) and 3 when it could check nothing: the file has no sidecar ``<file>.json`` and
+no ``--against`` was given.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ __all__ = ["main", "write_main"]
 
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
+EXIT_UNCHECKED = 3  # verify: no sidecar and no --against, so nothing was checked
+
+_VERIFY_HELP = (
+    "Check a .beton against the checksums in its sidecar <file>.json and, with --against, "
+    "compare samples with their sources. Exit status: 0 everything checked matches; "
+    "1 a mismatch (named); 2 misuse (missing path, directory, bad flag); "
+    "3 nothing could be checked (no sidecar and no --against)."
+)
 
 
 def _sigterm_to_exit(signum: int, frame: object) -> None:
@@ -164,20 +176,29 @@ def _inspect(args: argparse.Namespace) -> int:
     from .format.integrity import open_beton
     from .inspection import preview_png, summary
 
+    if args.preview is None and args.out is not None:
+        raise ValueError(f"--out {args.out} goes with --preview K (how many pairs to draw)")
+    if args.preview is not None and args.preview < 1:
+        raise ValueError(f"--preview K must be at least 1 (pairs to draw), got {args.preview}")
     reader = open_beton(args.file)
     print(summary(reader))
-    if args.preview:
-        out = preview_png(reader, args.preview, args.out)
-        print(f"preview:      {args.preview} pairs (A | B) in {out}")
-    elif args.out is not None:
-        raise ValueError("--out goes with --preview K")
+    if args.preview is not None:
+        drawn = preview_png(reader, args.preview, args.out or Path("preview.png"))
+        fewer = marked = ""
+        if drawn.pairs < args.preview:
+            fewer = f", all the file has ({args.preview} asked for)"
+        if drawn.nonfinite:
+            marked = f"; {drawn.nonfinite} pixels holding NaN or inf drawn magenta"
+        print(f"preview:      {drawn.pairs} pairs (A | B{fewer}) in {drawn.path}{marked}")
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    """Exit 0 when everything checked matches, 1 at the first mismatch (named), 2 on misuse."""
+    """Exit 0 when everything checked matches, 1 at the first mismatch (named), 2 on
+    misuse, 3 when nothing could be checked (no sidecar, no ``--against``)."""
     from .format.integrity import load_manifest, split_of, verify_checksums
-    from .format.reader import BetonError, PairReader
+    from .format.reader import BetonError, PairReader, require_file
+    from .format.sidecar import manifest_path
     from .format.stats import stats_path
     from .write.compare import compare_with_source
     from .write.layouts import open_source
@@ -185,6 +206,7 @@ def _verify(args: argparse.Namespace) -> int:
     samples = None if args.samples == "all" else int(args.samples)
     if samples is not None and samples < 1:
         raise ValueError(f"--samples must be a positive number or 'all', got {args.samples}")
+    require_file(args.file)  # missing or a directory: misuse (2), not a bad file (1)
     source = None
     if args.against is not None:
         source = open_source(args.against, args.split or split_of(args.file), args.layout)
@@ -195,10 +217,11 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"FAIL: {e}")
         return EXIT_MISMATCH
     if manifest is None:
-        print(
-            f"checksums: NOT CHECKED: {args.file} has no manifest "
-            f"({args.file}.json); it was not written by ffcv_pairs"
-        )
+        unchecked = f"no sidecar at {manifest_path(args.file)}, so no checksums to check"
+        if source is None:
+            print(f"NOT CHECKED: {args.file}: {unchecked}; --against SRC_DIR compares samples")
+            return EXIT_UNCHECKED
+        print(f"checksums: NOT CHECKED: {unchecked}")
     else:
         bad = verify_checksums(reader, manifest)
         if bad is not None:
@@ -220,14 +243,22 @@ def _verify(args: argparse.Namespace) -> int:
             return EXIT_MISMATCH
         checked = reader.num_samples if samples is None else min(samples, reader.num_samples)
         print(f"samples: OK ({checked} of {reader.num_samples} match {source.describe()})")
-    print(f"OK: {args.file}")
+    print(f"OK: {args.file}" + ("" if manifest is not None else " (samples only)"))
     return 0
 
 
 def _add_inspect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", type=Path)
-    p.add_argument("--preview", type=int, default=0, metavar="K", help="PNG grid of K pairs")
-    p.add_argument("--out", type=Path, default=None, help="where to write the preview PNG")
+    p.add_argument(
+        "--preview",
+        type=int,
+        default=None,
+        metavar="K",
+        help="PNG grid of K random pairs (K >= 1; all of them when the file has fewer)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="where to write the preview PNG (preview.png)"
+    )
 
 
 def _add_verify_args(p: argparse.ArgumentParser) -> None:
@@ -261,10 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     _add_write_args(sub.add_parser("write", help="convert .pt pairs into .beton files"))
     _add_inspect_args(sub.add_parser("inspect", help="header, fields, labels, preview"))
-    _add_verify_args(sub.add_parser("verify", help="checksums and samples vs the sources"))
+    _add_verify_args(
+        sub.add_parser(
+            "verify", help="checksums and samples vs the sources", description=_VERIFY_HELP
+        )
+    )
     args = p.parse_args(argv)
-    if args.command == "inspect" and args.out is None and args.preview:
-        args.out = Path("preview.png")
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "write": _write,
         "inspect": _inspect,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -11,9 +12,26 @@ from .augment.config import image_layout
 from .format.integrity import load_manifest
 from .format.reader import PairReader
 from .format.schema import PairSchema
+from .format.sidecar import manifest_path
 from .write.permute import Permutation
 
-__all__ = ["label_histogram", "preview_png", "summary"]
+__all__ = ["NONFINITE_RGB", "Preview", "label_histogram", "preview_png", "summary"]
+
+NONFINITE_RGB = (255, 0, 255)  # magenta: a pixel with a NaN or an infinity in its channels
+
+
+class Preview(NamedTuple):
+    """What :func:`preview_png` drew.
+
+    Attributes:
+        path: The PNG written.
+        pairs: Pairs drawn: ``min(k, num_samples)``.
+        nonfinite: Pixels drawn :data:`NONFINITE_RGB` (a NaN or infinity in a shown channel).
+    """
+
+    path: Path
+    pairs: int
+    nonfinite: int
 
 
 def label_histogram(reader: PairReader) -> tuple[np.ndarray, np.ndarray]:
@@ -52,7 +70,10 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
             detail = "int64 scalar (in the metadata table)"
         lines.append(f"  {name:<8} {type(handler).__name__:<14} {detail}")
     if manifest is None:
-        lines.append("manifest:     none (written without ffcv_pairs): checksums unavailable")
+        lines.append(
+            f"manifest:     none (no sidecar at {manifest_path(reader.path)}): "
+            "checksums unavailable"
+        )
     else:
         lines.append(
             f"manifest:     {len(manifest.crcs())} block checksums, {manifest.digest_kind} "
@@ -75,8 +96,13 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
     return "\n".join(lines)
 
 
-def _to_rgb(img: np.ndarray, channels: str) -> np.ndarray:
-    """Any stored image -> uint8 HxWx3 for display (first 3 channels, floats min-max scaled)."""
+def _to_rgb(img: np.ndarray, channels: str) -> tuple[np.ndarray, int]:
+    """Any stored image -> (uint8 HxWx3 for display, pixels drawn :data:`NONFINITE_RGB`).
+
+    The first 3 channels are shown; values outside [0, 255] (or all within [0, 1]) are
+    min-max scaled over the finite values only, so one NaN or infinity cannot turn the
+    whole image black: a pixel with one in any shown channel is drawn magenta.
+    """
     if channels == "first":
         img = np.moveaxis(img, 0, -1)
     elif channels == "none":
@@ -86,22 +112,34 @@ def _to_rgb(img: np.ndarray, channels: str) -> np.ndarray:
         img = np.concatenate([img, img[..., :1]], axis=-1)
     if img.shape[-1] == 1:
         img = np.repeat(img, 3, axis=-1)
-    lo, hi = float(img.min()), float(img.max())
+    finite = np.isfinite(img)
+    bad = ~finite.all(axis=-1)
+    values = img[finite]
+    lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    img = np.where(finite, img, lo)
     if not (lo >= 0 and hi <= 255 and hi > 1):
         img = (img - lo) / (hi - lo if hi > lo else 1.0) * 255
-    return img.clip(0, 255).astype(np.uint8)
+    rgb = img.clip(0, 255).astype(np.uint8)
+    rgb[bad] = NONFINITE_RGB
+    return rgb, int(bad.sum())
 
 
-def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: int = 0) -> Path:
-    """Write a grid of ``k`` random pairs (A | B per row, label in the file order) as a PNG."""
+def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: int = 0) -> Preview:
+    """Write a grid of ``min(k, num_samples)`` random pairs (A | B per row, in file order)
+    as a PNG; NaN and infinities are drawn :data:`NONFINITE_RGB`.
+
+    Raises:
+        ValueError: ``k`` is below 1.
+    """
     from PIL import Image
 
     if k < 1:
-        raise ValueError(f"--preview must be at least 1, got {k}")
+        raise ValueError(f"preview_png: k must be at least 1 (pairs to draw), got {k}")
     n = reader.num_samples
     ids = np.sort(np.random.default_rng(seed).choice(n, size=min(k, n), replace=False))
     mm = np.memmap(reader.path, dtype=np.uint8, mode="r")
     rows = []
+    nonfinite = 0
     for sid in ids.tolist():
         pair = []
         for name in PairSchema.IMAGE_FIELDS:
@@ -112,7 +150,9 @@ def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: i
                 channels = image_layout(spec).channels
             except ValueError:
                 channels = "first"
-            pair.append(_to_rgb(np.asarray(img), channels))
+            rgb, marked = _to_rgb(np.asarray(img), channels)
+            pair.append(rgb)
+            nonfinite += marked
         h = max(p.shape[0] for p in pair)
         pad = [np.pad(p, ((0, h - p.shape[0]), (0, 4), (0, 0)), constant_values=255) for p in pair]
         rows.append(np.concatenate(pad, axis=1))
@@ -129,4 +169,4 @@ def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: i
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     image.save(out)
-    return out
+    return Preview(out, len(ids), nonfinite)

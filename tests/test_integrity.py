@@ -138,7 +138,10 @@ def test_upstream_file_loads_and_verify_says_unchecked(capsys, tmp_path: Path) -
     got = torch.cat([x.clone() for x, _, _ in loader])
     assert got.numpy().tobytes() == a.tobytes()
     rc, text = _verify(capsys, str(path))
-    assert rc == 0 and "NOT CHECKED" in text and "no manifest" in text
+    assert rc == 3 and text == (
+        f"NOT CHECKED: {path}: no sidecar at {path}.json, so no checksums to check; "
+        "--against SRC_DIR compares samples\n"
+    )
 
 
 def test_inspect_and_preview(capsys, written, tmp_path: Path) -> None:

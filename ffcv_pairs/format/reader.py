@@ -21,13 +21,30 @@ from ffcv.types import ALLOC_TABLE_TYPE, CURRENT_VERSION, FieldDescType, HeaderT
 
 from .schema import PairSchema
 
-__all__ = ["BetonError", "PairReader"]
+__all__ = ["BetonError", "PairReader", "require_file"]
 
 _MAX_FIELDS = 64
 
 
 class BetonError(ValueError):
     """A file that is not a readable `.beton`; the message names the file and the problem."""
+
+
+def require_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a :class:`~pathlib.Path` when it names a regular file.
+
+    Raises:
+        BetonError: saying what ``path`` is instead: a directory, nothing, or
+            another kind of file.
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise BetonError(f"{path}: is a directory, not a .beton file")
+    if not path.exists():
+        raise BetonError(f"{path}: no such file")
+    raise BetonError(f"{path}: not a regular file, so not a .beton")
 
 
 class PairReader(Reader):
@@ -37,14 +54,13 @@ class PairReader(Reader):
         path: The `.beton` file.
 
     Raises:
-        BetonError: the file is missing, not a `.beton`, unfinished, truncated,
-            has pointers outside the file, or lacks the ``A``/``B``/``label`` fields.
+        BetonError: the path is missing or a directory, or the file is not a `.beton`,
+            is unfinished, truncated, has pointers outside the file, or lacks the
+            ``A``/``B``/``label`` fields.
     """
 
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise BetonError(f"{self.path}: no such file")
+        self.path = require_file(path)
         self.file_size = self.path.stat().st_size
         super().__init__(str(self.path))
         try:

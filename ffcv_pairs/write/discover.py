@@ -32,6 +32,25 @@ _SHOW = 5  # missing indices listed in an error
 
 
 @dataclass
+class _Digits:
+    """The names of one family with one number of digits: counts and first examples."""
+
+    first: str
+    count: int = 0
+    padded: int = 0  # names with a leading zero
+    first_padded: str = ""
+    first_plain: str = ""
+
+    def add(self, name: str, padded: bool) -> None:
+        self.count += 1
+        if padded:
+            self.padded += 1
+            self.first_padded = self.first_padded or name
+        else:
+            self.first_plain = self.first_plain or name
+
+
+@dataclass
 class FileFamily:
     """The files of one split and kind: their indices and how the names are padded.
 
@@ -46,7 +65,7 @@ class FileFamily:
     prefix: str
     indices: array = field(default_factory=lambda: array("q"))
     width: int = 0
-    _lengths: dict[int, str] = field(default_factory=dict)  # digits -> an example name
+    _tally: dict[int, _Digits] = field(default_factory=dict)  # by number of digits
 
     def name(self, i: int) -> str:
         return f"{self.prefix}{str(i).zfill(self.width)}.pt"
@@ -57,25 +76,49 @@ class FileFamily:
     def add(self, digits: str, name: str) -> None:
         if len(digits) > _MAX_DIGITS:
             raise SourceError(f"{self.root / name}: index {digits} is out of range")
-        self._lengths.setdefault(len(digits), name)
-        if len(digits) > 1 and digits[0] == "0":
-            if self.width and self.width != len(digits):
-                other = self._lengths[self.width]
-                raise SourceError(
-                    f"{self.root / name}: zero-padded to {len(digits)} digits but "
-                    f"{other} to {self.width}; padding must be consistent"
-                )
-            self.width = len(digits)
+        tally = self._tally.get(len(digits))
+        if tally is None:
+            tally = self._tally[len(digits)] = _Digits(name)
+        tally.add(name, padded=len(digits) > 1 and digits[0] == "0")
         self.indices.append(int(digits))
 
     def check_padding(self) -> None:
-        """Padded names all have ``width`` digits (checked once all names are in)."""
-        if self.width and len(self._lengths) > 1:
-            odd = next(n for d, n in sorted(self._lengths.items()) if d != self.width)
-            raise SourceError(
-                f"{self.root / odd}: not zero-padded like {self._lengths[self.width]} "
-                f"({self.width} digits); padding must be consistent"
+        """Every name is padded to one width, or none is (checked once all names are in).
+
+        Sets ``width``. When names disagree, the convention most of them follow wins, and
+        the error names a file that breaks it, its index, and a file that follows it.
+        """
+        tally, total = self._tally, len(self.indices)
+        padded = [d for d, t in tally.items() if t.padded]
+        if not padded:
+            return
+        width = max(padded, key=lambda d: (tally[d].count, d))
+        if tally[width].count == total:
+            self.width = width
+            return
+        plain = total - sum(tally[d].padded for d in padded)
+        if plain > tally[width].count:  # most names are not padded: a padded one is odd
+            digits = min(padded, key=lambda d: (tally[d].padded, d))
+            odd = tally[digits].first_padded
+            follow = f"{plain} of the {total} {self.prefix}*.pt files are not zero-padded"
+            example = next(tally[d].first_plain for d in sorted(tally) if tally[d].first_plain)
+        else:
+            digits = min((d for d in tally if d != width), key=lambda d: (tally[d].count, d))
+            odd = tally[digits].first
+            follow = (
+                f"{tally[width].count} of the {total} {self.prefix}*.pt files are zero-padded "
+                f"to {width} digits"
             )
+            example = tally[width].first_padded
+        index = odd[len(self.prefix) : -len(".pt")]
+        if len(index) > 1 and index[0] == "0":
+            how = f"zero-padded to {digits} digits"
+        else:
+            how = f"not zero-padded ({digits} digit{'s' * (digits > 1)})"
+        raise SourceError(
+            f"{self.root / odd}: index {int(index)} is {how}, but {follow} "
+            f"(e.g. {example}); padding must be consistent"
+        )
 
     def as_array(self) -> np.ndarray:
         """The indices found, without a copy."""
@@ -107,8 +150,9 @@ class SplitFiles:
 
         ``n`` is one past the largest index found, unless that index is at least twice
         the most files found of one kind: such a name is out of range (a stray), not
-        the end of a range with half its files missing. Both errors name a file, and
-        memory stays bounded by the number of files found.
+        the end of a range with half its files missing. Both errors name a file, as does
+        inconsistent zero-padding (:meth:`FileFamily.check_padding`), and memory stays
+        bounded by the number of files found.
         """
         families = [self.family(k) for k in kinds]
         for fam in families:
@@ -152,8 +196,9 @@ def scan(
     """One ``os.scandir`` pass over ``root`` for every split in ``splits``.
 
     Raises:
-        SourceError: ``root`` is not a directory, or a name has an index that cannot
-            be right (too many digits, inconsistent zero-padding).
+        SourceError: ``root`` is not a directory, or a name has an index of more than
+            18 digits. Inconsistent zero-padding is found by
+            :meth:`SplitFiles.complete_count`, once every name is in.
     """
     root = Path(root)
     if not root.is_dir():

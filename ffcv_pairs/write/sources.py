@@ -73,10 +73,10 @@ def to_label(value: Any, where: str) -> int:
         return int(value)
     if isinstance(value, torch.Tensor | np.ndarray):
         arr = to_array(value, where)
-        if arr.dtype.kind not in "iu" or arr.size != 1 or arr.ndim > 1:
+        shape = tuple(value.shape)  # to_array makes a 0-d value 1-d
+        if arr.dtype.kind not in "iu" or arr.size != 1 or len(shape) > 1:
             raise SourceError(
-                f"{where}: label must be an integer scalar, got {arr.dtype} of shape "
-                f"{tuple(arr.shape)}"
+                f"{where}: label must be an integer scalar, got {arr.dtype} of shape {shape}"
             )
         return int(arr.reshape(()))
     raise SourceError(f"{where}: label must be an integer scalar, got {type(value).__name__}")

@@ -197,7 +197,8 @@ def photometric(
     """Brightness, contrast (around the grayscale mean for 3 channels), noise; float64.
 
     ``draw``: ``(seed, epoch, sid, tag)``. uint8 inputs clamp after brightness; the result is
-    not yet rounded.
+    not yet rounded. Float inputs clamp to ``aug.value_range`` (default ``(0, 1)``, as
+    torchvision) after brightness and at the end.
     """
     seed, epoch, sid, tag = draw
 
@@ -207,7 +208,8 @@ def photometric(
     b = 1 + aug.brightness * (2 * uniform(key(OP_BRIGHTNESS, aug.brightness_paired), 0) - 1)
     c = 1 + aug.contrast * (2 * uniform(key(OP_CONTRAST, aug.contrast_paired), 0) - 1)
     x = img.astype(np.float64)
-    x1 = np.minimum(b * x, 255.0) if img.dtype == np.uint8 else b * x
+    lo, hi = aug.value_range if aug.value_range is not None else (0.0, 1.0)
+    x1 = np.minimum(b * x, 255.0) if img.dtype == np.uint8 else np.clip(b * x, lo, hi)
     hwc = to_hwc(x1, layout)
     if hwc.shape[-1] == 3:
         m = float(np.mean(hwc @ np.array(LUMA)))
@@ -215,7 +217,8 @@ def photometric(
         m = float(np.mean(hwc))
     x2 = c * x1 + (1 - c) * m
     z = noise(key(OP_NOISE, aug.noise_paired), x.size).reshape(x.shape)
-    return x2 + aug.noise_std * z
+    x3 = x2 + aug.noise_std * z
+    return x3 if img.dtype == np.uint8 else np.clip(x3, lo, hi)
 
 
 def normalize(q: np.ndarray, layout: ImageLayout, aug: PairAugment) -> np.ndarray:

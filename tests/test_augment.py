@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 
 from ffcv_pairs import ArraySource, make_loader, write_pairs
 from ffcv_pairs.augment.config import PairAugment, image_layout
+from ffcv_pairs.load.pipeline import LoaderError
 
 SEED = 11
 
@@ -139,6 +141,8 @@ def test_resized_crop_equals_reference(tmp_path: Path, shape, dtype, extra) -> N
 )
 def test_photometric_equals_reference(tmp_path: Path, shape, dtype, aug) -> None:
     a, b, labels = _data(24, shape, dtype)
+    if np.dtype(dtype).kind == "f":  # N(0, 10) values: a range that holds them
+        aug = replace(aug, value_range=(-100.0, 100.0))
     path = _file(tmp_path, a, b, labels)
     xa, xb, ids = _batches(path, aug, epoch=2)
     from ffcv_pairs import ArraySpec
@@ -320,3 +324,57 @@ def test_yaml_roundtrip(tmp_path: Path) -> None:
     p.write_text("hflip: 0.5\nflip_h: 1\n")
     with pytest.raises(ValueError, match=r"unknown augment option\(s\) \['flip_h'\]"):
         PairAugment.from_yaml(p)
+
+
+FLOAT_PHOTOMETRIC = [
+    PairAugment(brightness=0.5),
+    PairAugment(contrast=0.3, contrast_paired=False),
+    PairAugment(brightness=0.5, contrast=0.5, noise_std=0.2),
+]
+
+
+@pytest.mark.parametrize("aug", FLOAT_PHOTOMETRIC, ids=["brightness", "contrast", "all"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_float_photometric_stays_in_range(tmp_path: Path, aug: PairAugment, dtype: str) -> None:
+    """0..1 floats, as torchvision: brightness 0.5 used to reach 1.485 and contrast 0.3
+    -0.19; now every value stays in [0, 1], equal to the reference (which clamps)."""
+    rng = np.random.default_rng(9)
+    a = rng.uniform(0, 1, (32, 3, 8, 8)).astype(dtype)
+    b = rng.uniform(0, 1, (32, 3, 8, 8)).astype(dtype)
+    path = _file(tmp_path, a, b, np.arange(32))
+    xa, xb, ids = _batches(path, aug, epoch=1)
+    assert min(xa.min(), xb.min()) >= 0.0 and max(xa.max(), xb.max()) <= 1.0
+    assert (xa == 1.0).any() or (xa == 0.0).any(), "some value should clamp"
+    from ffcv_pairs import ArraySpec
+
+    lay = image_layout(ArraySpec((3, 8, 8), dtype))
+    for sid in ids:
+        assert_close_to(xa[sid], ref.photometric(a[sid], lay, aug, (SEED, 1, sid, 0)), dtype)
+        assert_close_to(xb[sid], ref.photometric(b[sid], lay, aug, (SEED, 1, sid, 1)), dtype)
+
+
+def test_float_values_outside_the_range_are_refused(tmp_path: Path) -> None:
+    """Data the user did not declare is never clamped silently."""
+    a, b, labels = _data(16, (3, 8, 8), "float32")
+    path = _file(tmp_path, a, b, labels)
+    with pytest.raises(
+        LoaderError,
+        match=r"augment value_range=\(0, 1\): sample \d+ of A has \d+ values outside it \(from -\d",
+    ):
+        _batches(path, PairAugment(brightness=0.2))
+    wide = PairAugment(brightness=0.2, value_range=(-100.0, 100.0))
+    _batches(path, wide)  # declared: fine
+
+
+def test_value_range_is_for_float_images(tmp_path: Path) -> None:
+    a, b, labels = _data(8, (3, 8, 8), "uint8")
+    path = _file(tmp_path, a, b, labels)
+    with pytest.raises(
+        ValueError,
+        match=r"augment value_range=\(0.0, 255.0\) is for floating-point images; A and B are uint8",
+    ):
+        make_loader(path, batch_size=4, augment=PairAugment(value_range=(0, 255)))
+    with pytest.raises(
+        ValueError, match=r"augment value_range=\(1.0, 1.0\) must be \(low, high\), low < high"
+    ):
+        PairAugment(value_range=(1, 1))

@@ -101,7 +101,8 @@ def test_noise_is_the_stated_normal(tmp_path: Path) -> None:
     n, shape = 300, (3, 32, 32)
     zeros = np.zeros((n, *shape), dtype=np.float32)
     path = _file(tmp_path, zeros, zeros.copy(), np.arange(n))
-    xa, xb, _ = _batches(path, PairAugment(noise_std=1.0), bs=50)
+    wide = (-10.0, 10.0)  # the default (0, 1) would clamp the noise's negative half
+    xa, xb, _ = _batches(path, PairAugment(noise_std=1.0, value_range=wide), bs=50)
     z = np.concatenate([xa.ravel(), xb.ravel()]).astype(np.float64)
     m = z.size
     assert abs(z.mean()) < 5 / math.sqrt(m)
@@ -112,7 +113,8 @@ def test_noise_is_the_stated_normal(tmp_path: Path) -> None:
     assert np.abs(z).max() <= 4.33
     # A and B draw their own noise (noise_paired=False), the same with noise_paired.
     assert np.corrcoef(xa.ravel(), xb.ravel())[0, 1] < 0.01
-    xa2, xb2, _ = _batches(path, PairAugment(noise_std=1.0, noise_paired=True), bs=50)
+    paired = PairAugment(noise_std=1.0, noise_paired=True, value_range=wide)
+    xa2, xb2, _ = _batches(path, paired, bs=50)
     np.testing.assert_array_equal(xa2, xb2)
 
 
@@ -223,7 +225,9 @@ def test_mixed_dtypes_take_the_separate_ops(tmp_path: Path) -> None:
     path = tmp_path / "mixed.beton"
     write_pairs(ArraySource(a, b, np.arange(16)), path, page_size=1 << 16, progress=False)
     # No contrast: its mean would carry a resize tie of one pixel into every pixel.
-    aug = PairAugment(crop=(6, 6), crop_scale=(0.3, 1.0), brightness=0.3, noise_std=2)
+    aug = PairAugment(
+        crop=(6, 6), crop_scale=(0.3, 1.0), brightness=0.3, noise_std=2, value_range=(-400, 400)
+    )
     xa, xb, ids = _batches(path, aug, epoch=1)
     lay = image_layout(ArraySpec((3, 10, 10), "uint8"))
     for sid in ids:

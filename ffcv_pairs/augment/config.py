@@ -135,6 +135,10 @@ class PairAugment:
         contrast: Scale deviations from the image mean by ``[1 - c, 1 + c]``.
         noise_std: Standard deviation of additive gaussian noise (stored units).
         brightness_paired, contrast_paired, noise_paired: Same draw for A and B.
+        value_range: ``(low, high)`` that brightness, contrast and noise clamp
+            floating-point images to; default ``(0, 1)``, as torchvision. A float
+            image holding values outside it is refused, never clamped silently.
+            Integer images clamp to their dtype (uint8: 0..255).
         paired_geometry: Keep True. False draws geometry for A and B
             independently, which destroys the pairing (for demonstrations).
         normalize_mean, normalize_std: Per-channel ``(x - mean) / std`` on the device.
@@ -159,6 +163,7 @@ class PairAugment:
     contrast_paired: bool = True
     noise_paired: bool = False
     paired_geometry: bool = True
+    value_range: tuple[float, float] | None = None
     normalize_mean: tuple[float, ...] | None = None
     normalize_std: tuple[float, ...] | None = None
     out_dtype: OutDtype | None = None
@@ -197,6 +202,11 @@ class PairAugment:
         put("brightness", number, 0.0, below=1.0)
         put("contrast", number, 0.0, below=1.0)
         put("noise_std", number, 0.0)
+        put("value_range", optional(pair), number)
+        if self.value_range is not None and not self.value_range[0] < self.value_range[1]:
+            raise ValueError(
+                f"augment value_range={self.value_range} must be (low, high), low < high"
+            )
         for name in ("brightness_paired", "contrast_paired", "noise_paired", "paired_geometry"):
             put(name, flag)
         put("normalize_mean", optional(sequence_of), number)
@@ -249,6 +259,13 @@ class PairAugment:
             raise ValueError(
                 f"paired geometric augmentation needs A and B of the same size, got "
                 f"{(a.height, a.width)} and {(b.height, b.width)}"
+            )
+        if self.value_range is not None and all(
+            np.dtype(schema.spec(n).dtype).kind in "iu" for n in schema.IMAGE_FIELDS
+        ):
+            raise ValueError(
+                f"augment value_range={self.value_range} is for floating-point images; A and "
+                f"B are {schema.spec(schema.IMAGE_FIELDS[0]).dtype} (clamped to their dtype)"
             )
         for name, lay in out.items():
             self._check_fill(name, schema.spec(name))
@@ -325,7 +342,14 @@ class PairAugment:
             contrast_paired=bool(self.contrast_paired),
             noise_std=float(self.noise_std),
             noise_paired=bool(self.noise_paired),
+            low=float(self.float_range[0]),
+            high=float(self.float_range[1]),
         )
+
+    @property
+    def float_range(self) -> tuple[float, float]:
+        """What photometric ops clamp floating-point images to."""
+        return self.value_range if self.value_range is not None else (0.0, 1.0)
 
     def resolved_out_dtype(self, stored: str) -> str:
         if self.out_dtype is not None:

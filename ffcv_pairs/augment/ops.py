@@ -21,7 +21,7 @@ from ffcv.pipeline.state import State
 
 from ..format.schema import PairSchema
 from ..kernels.noise import normal_table
-from ..kernels.photometric import ChannelLayout, photometric
+from ..kernels.photometric import ChannelLayout, PhotometricConfig, photometric
 from ..kernels.pixels import photometric_uint8
 from ..kernels.resize import ResizePlan, resized_crop
 from .config import ImageLayout, PairAugment
@@ -84,12 +84,19 @@ class ResizedCrop(Operation):
 
 
 class Photometric(Operation):
-    """Brightness, contrast and gaussian noise, in place; paired or per image."""
+    """Brightness, contrast and gaussian noise, in place; paired or per image.
 
-    def __init__(self, augment: PairAugment, layout: ImageLayout, clock: np.ndarray, tag: int):
+    Float images are clamped to ``value_range`` (:class:`~ffcv_pairs.augment.config.PairAugment`);
+    one holding values outside it is refused with a ``ValueError`` naming the sample,
+    since clamping would change data the user did not ask to change.
+    """
+
+    def __init__(
+        self, augment: PairAugment, layout: ImageLayout, clock: np.ndarray, tag: int, name: str
+    ):
         super().__init__()
         self.cfg = augment.photometric_config()
-        self.layout, self.clock, self.tag = layout, clock, tag
+        self.layout, self.clock, self.tag, self.name = layout, clock, tag, name
         self.shape = augment.output_shape(layout)
 
     def declare_state_and_memory(self, previous_state: State):
@@ -97,21 +104,37 @@ class Photometric(Operation):
 
     def generate_code(self) -> Callable:
         cfg, clock, tag, table = self.cfg, self.clock, self.tag, normal_table()
-        lay = channel_layout(self.layout, self.shape)
+        lay, name = channel_layout(self.layout, self.shape), self.name
 
         def jitter(images, _, indices):
             n = len(indices)
             work = _numeric(images[:n]).reshape(n, -1)
             if work.dtype == np.uint8:
                 photometric_uint8(indices, work, cfg, clock, tag, lay, table)
-            else:
-                photometric(indices, work, cfg, clock, tag, lay, table)
-                if images.dtype == np.float16:
-                    images[:n] = work.reshape(images[:n].shape)
+                return images
+            outside = np.zeros((n, 3), dtype=np.float64)
+            photometric(indices, work, cfg, clock, tag, lay, table, outside)
+            if outside[:, 0].any():
+                _refuse_outside(indices, outside, cfg, name)
+            if images.dtype == np.float16:
+                images[:n] = work.reshape(images[:n].shape)
             return images
 
         jitter.with_indices = True  # type: ignore[attr-defined]
         return jitter
+
+
+def _refuse_outside(
+    indices: np.ndarray, outside: np.ndarray, cfg: PhotometricConfig, name: str
+) -> None:
+    i = int(np.flatnonzero(outside[:, 0])[0])
+    count, low, high = outside[i]
+    raise ValueError(
+        f"augment value_range=({cfg.low:g}, {cfg.high:g}): sample {int(indices[i])} of {name} "
+        f"has {int(count)} values outside it (from {low:g} to {high:g}); brightness, contrast "
+        f"and noise clamp float images to value_range (default (0, 1), as torchvision): set "
+        f"value_range to your data's range"
+    )
 
 
 _TORCH_DTYPES = {
@@ -190,7 +213,7 @@ def cpu_ops(
     if augment.crop_scale is not None:
         ops.append(ResizedCrop(augment, layout, clock, tag))
     if augment.has_photometric:
-        ops.append(Photometric(augment, layout, clock, tag))
+        ops.append(Photometric(augment, layout, clock, tag, name))
     return ops
 
 

@@ -4,14 +4,21 @@
 ``adjust_contrast``, with one rounding at the end):
 
 * brightness ``b`` in ``[1 - brightness, 1 + brightness]``: ``x1 = min(b * x, 255)``
-  for uint8 (torchvision clamps), ``b * x`` for floats;
+  for uint8 (torchvision clamps), ``clamp(b * x, low, high)`` for floats, with
+  ``(low, high)`` the augmentation's ``value_range`` (default ``(0, 1)``, torchvision's
+  range for float images);
 * contrast ``c`` in ``[1 - contrast, 1 + contrast]`` around the image's mean ``m`` of
   ``x1``: for 3 channels the mean of the grayscale image ``0.2989 R + 0.587 G + 0.114 B``
   (torchvision's ``rgb_to_grayscale``), otherwise the mean of all values:
   ``x2 = c * x1 + (1 - c) * m``;
 * noise: ``x3 = x2 + noise_std * z`` with ``z`` from :mod:`~ffcv_pairs.kernels.noise`;
 * uint8: ``clamp(floor(x3 + 1/2), 0, 255)`` (float32 arithmetic, so within 1 of that
-  computed exactly, and almost always equal); floats: ``x3`` (no clamp).
+  computed exactly, and almost always equal); floats: ``clamp(x3, low, high)``.
+
+Without noise that is torchvision's float result too (it also clamps after
+contrast, which changes nothing once the end is clamped). A float image with
+values outside ``(low, high)`` is refused rather than clamped (see
+:class:`~ffcv_pairs.augment.ops.Photometric`).
 
 torchvision instead rounds toward zero after each op and takes the mean of the
 grayscale image rounded to uint8, so its uint8 results can sit one level lower.
@@ -54,6 +61,8 @@ class PhotometricConfig(NamedTuple):
     contrast_paired: bool
     noise_std: float
     noise_paired: bool
+    low: float  # float images: the range they are clamped to (value_range)
+    high: float
 
 
 class ChannelLayout(NamedTuple):
@@ -188,18 +197,31 @@ def stored_mean(rec, lay, bright):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
-def photometric(ids, x, cfg, clock, tag, lay, table):  # pragma: no cover - JIT
-    """In place, float32 images ``x`` ``(batch, elements)``: the module's definition, unclamped.
+def photometric(ids, x, cfg, clock, tag, lay, table, outside):  # pragma: no cover - JIT
+    """In place, float32 images ``x`` ``(batch, elements)``: the module's definition, clamped
+    to ``[cfg.low, cfg.high]`` after brightness and at the end.
 
-    ``lay``: :class:`ChannelLayout`; ``table``: :func:`~ffcv_pairs.kernels.noise.normal_table`.
+    ``lay``: :class:`ChannelLayout`; ``table``: :func:`~ffcv_pairs.kernels.noise.normal_table`;
+    ``outside[i]``: set to image ``i``'s ``[count of input values outside the range, their
+    min, their max]`` (the caller refuses such data rather than clamp it silently).
     """
     n = x.shape[1]
+    lo, hi = np.float32(cfg.low), np.float32(cfg.high)
     for i in nb.prange(len(ids)):
         d = draw_pixels(cfg, clock, ids[i], tag)
         img = x[i]
-        m = image_mean(img, lay, d.bright, False) if cfg.contrast > 0 else 0.0
+        bad, low, high = 0, np.inf, -np.inf
+        for j in range(n):
+            v = img[j]
+            if v < lo or v > hi:
+                bad += 1
+                low, high = min(low, v), max(high, v)
+            img[j] = min(max(np.float32(d.bright * v), lo), hi)
+        outside[i, 0], outside[i, 1], outside[i, 2] = bad, low, high
+        m = image_mean(img, lay, 1.0, False) if cfg.contrast > 0 else 0.0
         noise = np.zeros(n, np.float32)
         if cfg.noise_std > 0:
             noise_block(d.noise_key, 0, noise, np.float32(d.noise_std), table)
         for j in range(n):
-            img[j] = d.contrast * (d.bright * img[j]) + (1.0 - d.contrast) * m + noise[j]
+            v = d.contrast * img[j] + (1.0 - d.contrast) * m + noise[j]
+            img[j] = min(max(v, lo), hi)

@@ -47,7 +47,7 @@ from ffcv.pipeline.allocation_query import AllocationQuery
 from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.graph import Graph
 
-from ..format.reader import BetonError, PairReader
+from ..format.reader import PairReader
 from .delivery.stage import DeviceStage
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import PairTraversalOrder
@@ -304,7 +304,7 @@ class EpochThread(threading.Thread):
     def __next__(self) -> tuple[torch.Tensor, ...]:
         item = self.output_queue.get()
         if item is None:
-            if isinstance(self.error, BetonError):  # says itself what happened to the file
+            if isinstance(self.error, ValueError):  # says itself what is wrong (file, data)
                 raise LoaderError(str(self.error)) from self.error
             if self.error is not None:
                 raise LoaderError(f"loading failed: {self.error!r}") from self.error

@@ -127,3 +127,43 @@ def test_pair_data_module_names_the_argument(beton: Path, args, needle) -> None:
         (ValueError, TypeError), match=needle.replace("(", r"\(").replace(")", r"\)")
     ):
         PairDataModule(**{"train_path": str(beton), "batch_size": 8, **args})
+
+
+STATE_KEYS = ["epoch", "batches_consumed", "segments", "file", "order", "seed", "window_pages"]
+SEGMENT_KEYS = ["world_size", "batch_size", "drop_last", "batches"]
+
+
+@pytest.fixture(scope="module")
+def mid_epoch(beton: Path) -> dict:
+    loader = make_loader(beton, batch_size=8, num_threads=1, order="sequential")
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    loader.close()
+    return state
+
+
+@SETTINGS
+@given(
+    key=st.sampled_from(STATE_KEYS + [f"segments.{k}" for k in SEGMENT_KEYS]),
+    value=ANY,
+    drop=st.booleans(),
+)
+def test_load_state_dict_takes_or_names_every_field(beton, mid_epoch, key, value, drop) -> None:
+    """A saved state with one field replaced (or removed): loads, or is refused naming it."""
+    state = {**mid_epoch, "segments": [dict(s) for s in mid_epoch["segments"]]}
+    target, name = state, key
+    if key.startswith("segments."):
+        target, name = state["segments"][0], key.split(".", 1)[1]
+    if drop:
+        target.pop(name, None)
+    else:
+        target[name] = value
+    loader = make_loader(beton, batch_size=8, num_threads=1, order="sequential")
+    try:
+        loader.load_state_dict(state)
+    except Exception as e:
+        _refused_naming(e, name, "state", "segment")
+        return
+    _first_batch(loader)

@@ -244,7 +244,7 @@ def test_lightning_hook_gets_both_counts(path: Path) -> None:
     [
         ({"seed": 4}, "seed"),
         ({"order": "random"}, "order"),
-        ({"window_bytes": 4096}, "window"),
+        ({"window_bytes": 4096}, r"window \(window_pages\)"),
         ({"indices": np.arange(N - 1)}, "indices"),
     ],
 )

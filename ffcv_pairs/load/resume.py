@@ -109,10 +109,11 @@ def check_resume(state: dict[str, Any], fingerprint: dict[str, Any]) -> list[Seg
         return []
     for key, words in FIXED.items():
         old, new = state.get(key), fingerprint[key]
+        named = words if words == key else f"{words} ({key})"
         if old != new:
             raise ValueError(
                 f"cannot resume epoch {state['epoch']} mid-way (batch "
-                f"{state['batches_consumed']}): the {words} differs (checkpoint {old!r}, "
+                f"{state['batches_consumed']}): the {named} differs (checkpoint {old!r}, "
                 f"this loader {new!r}). A mid-epoch resume may change the world size and the "
                 f"per-device batch size, not the file, indices, order, window or seed; use the "
                 f"original {words}, or resume from an end-of-epoch checkpoint"

@@ -34,7 +34,7 @@ from .._checks import integer, optional
 from ..augment.config import PairAugment, image_layout
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
-from ..load.config import MAX_BATCH
+from ..load.config import MAX_BATCH, options_doc
 from ..load.loader import (
     DEFAULT_PREFETCH,
     DEFAULT_WINDOW_BYTES,
@@ -58,19 +58,17 @@ class PairDataModule(L.LightningDataModule):
         global_batch_size: Samples per optimiser step over all devices and nodes;
             split over the world size. Give this or ``batch_size``.
         batch_size: Samples per device. Give this or ``global_batch_size``.
-        order: Training order: ``quasi_random``, ``random`` or ``sequential``.
-        os_cache: Read through the OS page cache (shared by the node's ranks).
-        seed: Order and augmentation seed, the same on every rank.
+        order: Training order: ``quasi_random``, ``random`` or ``sequential``
+            (validation and test read sequentially).
         augment: Training augmentation (validation and test are not augmented,
             but get the same ``normalize_*``/``out_dtype`` so inputs match).
         num_threads: JIT threads per rank; default the node's cores over its devices.
-        window_bytes: Quasi-random window (see :mod:`ffcv_pairs.load.order`).
-        batches_ahead: Batches prepared ahead per rank.
-        prefetch: Batches ahead that pages are requested from storage (0: off; see
-            :func:`~ffcv_pairs.make_loader`).
-        max_ram_gb: Refuse to start when the node-wide RAM estimate exceeds this.
         device: Where batches go; default the trainer's device.
+        {loader_options}
     """
+
+    #: Options passed to every loader as they are (documented by LoaderConfig).
+    LOADER_OPTIONS = ["os_cache", "seed", "window_bytes", "batches_ahead", "prefetch", "max_ram_gb"]
 
     def __init__(
         self,
@@ -227,3 +225,9 @@ class PairDataModule(L.LightningDataModule):
         for loader in self._loaders.values():
             loader.close()
         self._loaders.clear()
+
+
+assert PairDataModule.__doc__ is not None
+PairDataModule.__doc__ = PairDataModule.__doc__.replace(
+    "        {loader_options}\n", options_doc(PairDataModule.LOADER_OPTIONS) + "\n"
+)

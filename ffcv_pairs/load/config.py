@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import textwrap
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 import numba
 import numpy.typing as npt
@@ -12,7 +14,7 @@ from .._checks import SEED_LIMIT, flag, integer, number, one_of, optional
 from ..augment.config import PairAugment
 from .order import ORDERS, OrderKind
 
-__all__ = ["DEFAULT_PREFETCH", "DEFAULT_WINDOW_BYTES", "LoaderConfig"]
+__all__ = ["DEFAULT_PREFETCH", "DEFAULT_WINDOW_BYTES", "LoaderConfig", "options_doc"]
 
 
 #: The quasi-random window: 32 pages of 8 MiB.
@@ -26,27 +28,80 @@ MAX_AHEAD = 1024
 DEFAULT_PREFETCH = 4
 
 
+def option(doc: str, default: Any = MISSING) -> Any:
+    """A :class:`LoaderConfig` field: its default and its documentation, declared once."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class LoaderConfig:
-    """Everything :class:`PairLoader` needs besides the file. See :func:`make_loader`."""
+    """Everything :class:`~ffcv_pairs.load.loader.PairLoader` needs besides the file.
 
-    batch_size: int
-    order: OrderKind = "quasi_random"
-    os_cache: bool = True
-    distributed: bool | None = None
-    seed: int = 0
-    drop_last: bool = True
-    augment: PairAugment | None = None
-    device: str | torch.device | None = None
-    num_threads: int | None = None
-    batches_ahead: int = 2
-    prefetch: int = DEFAULT_PREFETCH
-    window_bytes: int = DEFAULT_WINDOW_BYTES
-    rank: int | None = None
-    world_size: int | None = None
-    indices: npt.ArrayLike | None = field(default=None, compare=False)
-    verify: bool = False
-    max_ram_gb: float | None = None
+    The one declaration of the loader's options: their names, types, defaults,
+    documentation (:func:`options_doc`) and checks. :func:`~ffcv_pairs.make_loader`
+    and :class:`~ffcv_pairs.PairDataModule` take the same options, and a test fails
+    if their signatures drift from these fields.
+    """
+
+    batch_size: int = option("Samples per batch on this rank.")
+    order: OrderKind = option(
+        '``"quasi_random"`` (default), ``"random"`` or ``"sequential"``.', "quasi_random"
+    )
+    os_cache: bool = option(
+        "Read through the OS page cache (shared by all ranks on a node). False: upstream's "
+        "process cache (private page buffers filled by reader threads).",
+        True,
+    )
+    distributed: bool | None = option(
+        "Shard across ranks. ``None``: if ``torch.distributed`` is initialised.", None
+    )
+    seed: int = option("Order (and augmentation) seed, the same on every rank.", 0)
+    drop_last: bool = option(
+        "Equal, whole batches on every rank; without it nothing is dropped.", True
+    )
+    augment: PairAugment | None = option(
+        "A :class:`~ffcv_pairs.augment.config.PairAugment`, or None.", None
+    )
+    device: str | None = option(
+        "Where batches go (a name or a ``torch.device``); default ``cuda:LOCAL_RANK`` (or "
+        "the current GPU) when there is one, else the CPU (see "
+        ":func:`~ffcv_pairs.load.devices.resolve_device`).",
+        None,
+    )
+    num_threads: int | None = option(
+        "JIT threads; default: the node's cores over its local ranks.", None
+    )
+    batches_ahead: int = option(
+        "Batches prepared ahead of the consumer (buffer slots: this + 3).", 2
+    )
+    prefetch: int = option(
+        "With ``os_cache``, request each 8 MiB page from storage this many batches before "
+        "the batch that first reads it (``madvise(MADV_WILLNEED)`` from a helper thread; see "
+        ":mod:`~ffcv_pairs.load.prefetch`). 0 disables it. Never changes the batches; helps "
+        "cold (larger than RAM) epochs. A ``random`` order over a file larger than half the "
+        "RAM requests each image's bytes instead of whole pages.",
+        DEFAULT_PREFETCH,
+    )
+    window_bytes: int = option(
+        "The quasi-random window (default 256 MiB): randomness against read locality (see "
+        ":mod:`~ffcv_pairs.load.order`).",
+        DEFAULT_WINDOW_BYTES,
+    )
+    rank: int | None = option("Explicit sharding, with ``world_size``, instead of "
+                              "``torch.distributed``'s.", None)  # fmt: skip
+    world_size: int | None = option("Ranks in the explicit sharding (with ``rank``).", None)
+    indices: npt.ArrayLike | None = field(
+        default=None,
+        compare=False,
+        metadata={
+            "doc": "Read only these sample ids (unique, in range), or a boolean mask of one "
+            "entry per sample."
+        },
+    )
+    verify: bool = option("Check every checksum of the file on open.", False)
+    max_ram_gb: float | None = option(
+        "Refuse a loader whose node-wide RAM estimate exceeds it.", None
+    )
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -79,3 +134,14 @@ class LoaderConfig:
             raise ValueError(f"rank must be below world_size {self.world_size}, got {self.rank}")
         put("verify", flag("verify", self.verify))
         put("max_ram_gb", optional(number)("max_ram_gb", self.max_ram_gb, above=0))
+
+
+def options_doc(names: list[str] | None = None, indent: int = 8) -> str:
+    """Google-style ``Args:`` entries for :class:`LoaderConfig`'s fields (``names``: those,
+    in that order; default all), wrapped to 92 columns."""
+    docs = {f.name: f.metadata["doc"] for f in fields(LoaderConfig)}
+    lines: list[str] = []
+    for name in names or list(docs):
+        wrapped = textwrap.wrap(f"{name}: {docs[name]}", 92 - indent, subsequent_indent="    ")
+        lines += [" " * indent + line for line in wrapped]
+    return "\n".join(lines)

@@ -33,7 +33,7 @@ from ..augment.config import PairAugment
 from ..format.integrity import load_stats, open_beton
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
-from .config import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig
+from .config import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, options_doc
 from .delivery.engines import CopyEngine, CudaEngine
 from .delivery.stage import DeviceStage
 from .devices import resolve_device
@@ -314,59 +314,21 @@ def make_loader(
     verify: bool = False,
     max_ram_gb: float | None = None,
 ) -> PairLoader:
-    """A loader over the pair `.beton` at ``path``.
+    # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test
+    # checks that names, types and defaults agree. The docstring is made from the fields.
+    options = dict(locals())
+    return PairLoader(options.pop("path"), LoaderConfig(**options))
+
+
+make_loader.__doc__ = f"""A loader over the pair `.beton` at ``path``.
 
     Args:
         path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
             with fields ``A``, ``B`` (NDArrayField) and ``label`` (IntField)).
-        batch_size: Samples per batch on this rank.
-        order: ``"quasi_random"`` (default), ``"random"`` or ``"sequential"``.
-        os_cache: Read through the OS page cache (shared by all ranks on a node). False:
-            upstream's process cache (private page buffers filled by reader threads).
-        distributed: Shard across ranks. ``None``: if ``torch.distributed`` is initialised.
-        seed: Order (and augmentation) seed, the same on every rank.
-        drop_last: Equal, whole batches on every rank; without it nothing is dropped.
-        augment: A :class:`~ffcv_pairs.augment.config.PairAugment`, or None.
-        device: Where batches go; default ``cuda:LOCAL_RANK`` (or the current GPU) when
-            there is one, else the CPU (see :func:`~ffcv_pairs.load.devices.resolve_device`).
-        num_threads: JIT threads; default: the node's cores over its local ranks.
-        batches_ahead: Batches prepared ahead of the consumer (buffer slots: this + 3).
-        prefetch: With ``os_cache``, request each 8 MiB page from storage this many
-            batches before the batch that first reads it (``madvise(MADV_WILLNEED)``
-            from a helper thread; see :mod:`~ffcv_pairs.load.prefetch`). 0 disables
-            it. Never changes the batches; helps cold (larger than RAM) epochs. A
-            ``random`` order over a file larger than half the RAM requests each image's
-            bytes instead of whole pages (see ``prefetch_mode``).
-        window_bytes: The quasi-random window (default 256 MiB): randomness against
-            read locality (see :mod:`~ffcv_pairs.load.order`).
-        rank, world_size: Explicit sharding, instead of ``torch.distributed``'s.
-        indices: Read only these sample ids (unique, in range), or a boolean mask of
-            one entry per sample.
-        verify: Check every checksum of the file on open.
-        max_ram_gb: Refuse a loader whose node-wide RAM estimate exceeds it.
+{options_doc()}
 
     Raises:
         BetonError: the file is not a readable pair `.beton`, or fails its checksums.
         MemoryBudgetError: the loaders of this node would not fit in RAM.
-        ValueError: a bad argument, named with the value given.
+        TypeError, ValueError: a bad argument, named with the value given.
     """
-    cfg = LoaderConfig(
-        batch_size=batch_size,
-        order=order,
-        os_cache=os_cache,
-        distributed=distributed,
-        seed=seed,
-        drop_last=drop_last,
-        augment=augment,
-        device=device,
-        num_threads=num_threads,
-        batches_ahead=batches_ahead,
-        prefetch=prefetch,
-        window_bytes=window_bytes,
-        rank=rank,
-        world_size=world_size,
-        indices=indices,
-        verify=verify,
-        max_ram_gb=max_ram_gb,
-    )
-    return PairLoader(path, cfg)

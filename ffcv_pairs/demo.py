@@ -194,7 +194,7 @@ def train(out: Path, epochs: int, paired: bool) -> DemoResult:
         f"--model.max_epochs_hint={epochs}",
         f"--trainer.default_root_dir={out / 'runs'}",
         f"--trainer.logger.init_args.save_dir={out / 'runs'}",
-        f"--data.augment.paired_geometry={str(paired).lower()}",
+        f"--data.augment.geometry_paired={str(paired).lower()}",
         "--trainer.enable_progress_bar=false",
     ]
     print(f"$ python -m ffcv_pairs.train {' '.join(args)}", flush=True)

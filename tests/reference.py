@@ -50,7 +50,7 @@ def randint(key: int, k: int, lo: int, hi: int) -> int:
 # -- geometry ---------------------------------------------------------------------------
 def _resized_region(aug: PairAugment, key: int, h: int, w: int) -> tuple[int, int, int, int]:
     """torchvision's RandomResizedCrop.get_params, attempt a drawing uniforms 10+4a .. 13+4a."""
-    lo, hi = aug.crop_scale
+    lo, hi = aug.scale_range
     log_lo, log_hi = math.log(aug.crop_ratio[0]), math.log(aug.crop_ratio[1])
     for a in range(10):
         target = h * w * (lo + uniform(key, 10 + 4 * a) * (hi - lo))
@@ -70,11 +70,11 @@ def _resized_region(aug: PairAugment, key: int, h: int, w: int) -> tuple[int, in
 
 def params(aug: PairAugment, layout: ImageLayout, seed: int, epoch: int, sid: int, tag: int):
     """One sample's draw: flips, quarter turns and the region ``(y0, x0, rh, rw)``."""
-    key = sample_key(seed, epoch, sid, OP_GEOMETRY, 0 if aug.paired_geometry else tag)
+    key = sample_key(seed, epoch, sid, OP_GEOMETRY, 0 if aug.geometry_paired else tag)
     h, w = layout.height, layout.width
-    oh, ow = aug.crop if aug.crop is not None else (h, w)
+    oh, ow = aug.out_size if aug.out_size is not None else (h, w)
     y0, x0, rh, rw = 0, 0, h, w
-    if aug.crop is not None and aug.crop_scale is not None:
+    if aug.resizes:
         y0, x0, rh, rw = _resized_region(aug, key, h, w)
     elif aug.crop is not None:
         pad = aug.crop_padding
@@ -164,7 +164,7 @@ def bilinear(img: np.ndarray, y0: float, x0: float, rh: float, rw: float, out_hw
 
 def resized(img: np.ndarray, layout: ImageLayout, aug: PairAugment, prm) -> np.ndarray:
     """Resized crop + flips + rot90, float64 (uint8: not yet rounded)."""
-    hwc = bilinear(to_hwc(img, layout), prm.y0, prm.x0, prm.rh, prm.rw, aug.crop)
+    hwc = bilinear(to_hwc(img, layout), prm.y0, prm.x0, prm.rh, prm.rw, aug.out_size)
     return from_hwc(np.ascontiguousarray(flips_rot(hwc, prm)), layout)
 
 

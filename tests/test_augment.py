@@ -111,7 +111,7 @@ def assert_close_to(got: np.ndarray, exact: np.ndarray, dtype, ties=False) -> No
 )
 @pytest.mark.parametrize("extra", [{}, {"hflip": 0.5, "rot90": True, "translate": (2, 2)}])
 def test_resized_crop_equals_reference(tmp_path: Path, shape, dtype, extra) -> None:
-    aug = PairAugment(crop=(9, 9), crop_scale=(0.2, 1.0), **extra)
+    aug = PairAugment(resized_crop=(9, 9), crop_scale=(0.2, 1.0), **extra)
     a, b, labels = _data(30, shape, dtype, paired="same")
     path = _file(tmp_path, a, b, labels)
     xa, xb, ids = _batches(path, aug, epoch=1)
@@ -223,7 +223,7 @@ def test_brightness_zero_is_the_identity_and_nonzero_is_not(tmp_path: Path) -> N
 def test_independent_geometry_breaks_pairing(tmp_path: Path) -> None:
     a, b, labels = _data(64, (3, 16, 16), "uint8")
     path = _file(tmp_path, a, b, labels)
-    aug = PairAugment(hflip=0.5, rot90=True, paired_geometry=False)
+    aug = PairAugment(hflip=0.5, rot90=True, geometry_paired=False)
     xa, xb, _ = _batches(path, aug)
     assert (xb != 255 - xa).any(axis=(1, 2, 3)).mean() > 0.5
 
@@ -297,7 +297,14 @@ def test_normalize_and_dtype_on_device_stage(tmp_path: Path) -> None:
             {"pad_mode": "wrap"},
             r"augment pad_mode must be one of \['constant', 'reflect', 'edge'\], got 'wrap'",
         ),
-        ({"crop_scale": (0.5, 1.0)}, "crop_scale needs crop"),
+        (
+            {"crop_scale": (0.5, 1.0)},
+            r"augment crop_scale applies to resized_crop=\(height, width\)",
+        ),
+        (
+            {"crop": (8, 8), "resized_crop": (8, 8)},
+            r"augment crop=\(8, 8\) and resized_crop=\(8, 8\): choose one",
+        ),
         (
             {"crop": (8, 8), "crop_padding": 2, "fill": 300},
             r"augment fill=300.0 is not a uint8 value \(A is uint8\): use a whole number in "
@@ -378,3 +385,20 @@ def test_value_range_is_for_float_images(tmp_path: Path) -> None:
         ValueError, match=r"augment value_range=\(1.0, 1.0\) must be \(low, high\), low < high"
     ):
         PairAugment(value_range=(1, 1))
+
+
+def test_old_spellings_still_work_with_a_warning(tmp_path: Path) -> None:
+    """``crop`` + ``crop_scale`` was the resized crop, ``paired_geometry`` the flag."""
+    with pytest.warns(FutureWarning, match=r"say resized_crop=\(9, 9\)"):
+        old = PairAugment(crop=(9, 9), crop_scale=(0.3, 1.0), hflip=0.5)
+    assert old == PairAugment(resized_crop=(9, 9), crop_scale=(0.3, 1.0), hflip=0.5)
+    with pytest.warns(FutureWarning, match="paired_geometry is now geometry_paired"):
+        flag = PairAugment(hflip=0.5, paired_geometry=False)
+    assert flag == PairAugment(hflip=0.5, geometry_paired=False)
+    with pytest.warns(FutureWarning):
+        assert PairAugment.from_dict({"paired_geometry": False}).geometry_paired is False
+    a, b, labels = _data(16, (3, 12, 12), "uint8")
+    path = _file(tmp_path, a, b, labels)
+    new_way = _batches(path, PairAugment(resized_crop=(9, 9), crop_scale=(0.3, 1.0), hflip=0.5))
+    for x, y in zip(_batches(path, old), new_way):
+        np.testing.assert_array_equal(x, y)

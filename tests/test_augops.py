@@ -20,12 +20,14 @@ from ffcv_pairs.augment.plan import stage_plan
 from ffcv_pairs.format.schema import PairSchema
 
 RESIZES = [
-    PairAugment(crop=(10, 10), crop_scale=(0.2, 1.0), hflip=0.5, vflip=0.5),
-    PairAugment(crop=(12, 8), crop_scale=(0.3, 1.0), crop_ratio=(0.5, 2.0), translate=(3, 2)),
-    PairAugment(crop=(10, 10), crop_scale=(0.2, 1.0), rot90=True, hflip=0.5),
-    PairAugment(crop=(26, 26), crop_scale=(0.05, 0.3)),  # upsampling, taps clamped at edges
+    PairAugment(resized_crop=(10, 10), crop_scale=(0.2, 1.0), hflip=0.5, vflip=0.5),
+    PairAugment(
+        resized_crop=(12, 8), crop_scale=(0.3, 1.0), crop_ratio=(0.5, 2.0), translate=(3, 2)
+    ),
+    PairAugment(resized_crop=(10, 10), crop_scale=(0.2, 1.0), rot90=True, hflip=0.5),
+    PairAugment(resized_crop=(26, 26), crop_scale=(0.05, 0.3)),  # upsampling, taps clamped at edges
     # downscaling by 1.8 to 2.2: some blocks of 8 outputs span more than the vector windows
-    PairAugment(crop=(9, 9), crop_scale=(0.8, 1.0), hflip=0.5),
+    PairAugment(resized_crop=(9, 9), crop_scale=(0.8, 1.0), hflip=0.5),
 ]
 SHAPES = [(3, 20, 20), (20, 20, 3), (20, 20), (4, 20, 20)]
 
@@ -44,7 +46,7 @@ def test_resized_crop_is_bilinear_within_one(tmp_path: Path, shape, aug) -> None
 
 def test_a_and_b_move_together(tmp_path: Path) -> None:
     """B = 255 - A stays so (within the rounding) through a paired resized crop with flips."""
-    aug = PairAugment(crop=(12, 12), crop_scale=(0.3, 1.0), hflip=0.5, rot90=True)
+    aug = PairAugment(resized_crop=(12, 12), crop_scale=(0.3, 1.0), hflip=0.5, rot90=True)
     a, b, labels = _data(64, (3, 16, 16), "uint8")
     xa, xb, _ = _batches(_file(tmp_path, a, b, labels), aug)
     assert np.abs(xb.astype(int) + xa.astype(int) - 255).max() <= 1
@@ -131,7 +133,7 @@ def test_noise_on_uint8_rounds_and_keeps_its_spread(tmp_path: Path) -> None:
 NORMALIZED = [
     ((3, 8, 8), {}),
     ((8, 8, 3), {"brightness": 0.3, "contrast": 0.3, "noise_std": 2.0}),
-    ((8, 8), {"crop": (6, 6), "crop_scale": (0.3, 1.0), "hflip": 0.5}),
+    ((8, 8), {"resized_crop": (6, 6), "crop_scale": (0.3, 1.0), "hflip": 0.5}),
     ((3, 8, 8), {"crop": (6, 6), "crop_padding": 2, "contrast": 0.4, "contrast_paired": False}),
 ]
 
@@ -157,7 +159,7 @@ def test_cpu_normalisation_and_dtype(tmp_path: Path, shape, extra, out_dtype) ->
     for x, src, tag in ((xa, a, 0), (xb, b, 1)):
         for i, sid in enumerate(ids.tolist()):
             img, tie = src[sid], False
-            if aug.crop_scale is not None:
+            if aug.resizes:
                 prm = ref.params(aug, lay, SEED, 0, sid, tag)
                 exact = ref.resized(img, lay, aug, prm)
                 img, tie = ref.round_uint8(exact).astype(np.uint8), near_tie(exact)
@@ -191,7 +193,7 @@ def test_cpu_normalisation_runs_in_the_decoder_and_gpu_keeps_it() -> None:
 
 def test_fused_pipeline_reproducible_across_threads_runs_and_caches(tmp_path: Path) -> None:
     aug = PairAugment(
-        crop=(8, 8),
+        resized_crop=(8, 8),
         crop_scale=(0.35, 1.0),
         hflip=0.5,
         brightness=0.2,
@@ -226,7 +228,11 @@ def test_mixed_dtypes_take_the_separate_ops(tmp_path: Path) -> None:
     write_pairs(ArraySource(a, b, np.arange(16)), path, page_size=1 << 16, progress=False)
     # No contrast: its mean would carry a resize tie of one pixel into every pixel.
     aug = PairAugment(
-        crop=(6, 6), crop_scale=(0.3, 1.0), brightness=0.3, noise_std=2, value_range=(-400, 400)
+        resized_crop=(6, 6),
+        crop_scale=(0.3, 1.0),
+        brightness=0.3,
+        noise_std=2,
+        value_range=(-400, 400),
     )
     xa, xb, ids = _batches(path, aug, epoch=1)
     lay = image_layout(ArraySpec((3, 10, 10), "uint8"))

@@ -73,7 +73,9 @@ def run_epochs(
 UINT8 = [
     None,
     PairAugment(hflip=0.5, crop=(16, 20), crop_padding=4),
-    PairAugment(rot90=True, vflip=0.5, crop=(12, 12), crop_scale=(0.3, 1.0), translate=(2, 2)),
+    PairAugment(
+        rot90=True, vflip=0.5, resized_crop=(12, 12), crop_scale=(0.3, 1.0), translate=(2, 2)
+    ),
     PairAugment(hflip=0.5, brightness=0.3, contrast=0.2, noise_std=2.0, brightness_paired=False),
 ]
 

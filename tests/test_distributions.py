@@ -362,7 +362,7 @@ def binned(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     ids=["default", "often-rejected"],
 )
 def test_resized_crop_follows_torchvision(ramps: Path, scale, ratio) -> None:
-    aug = PairAugment(crop=(ROH, ROW), crop_scale=scale, crop_ratio=ratio)
+    aug = PairAugment(resized_crop=(ROH, ROW), crop_scale=scale, crop_ratio=ratio)
     got = load_boxes(ramps, aug)
     sim = torchvision_boxes(400_000, RH, RW, scale, ratio, np.random.default_rng(SEED))
     i, j, h, w = got.T
@@ -404,7 +404,7 @@ def test_resized_crop_follows_torchvision(ramps: Path, scale, ratio) -> None:
 def test_resized_crop_falls_back_to_the_central_crop(ramps: Path, ratio, box) -> None:
     """No attempt can fit: torchvision's fallback, the central crop at the nearest ratio
     (``w = W, h = round(W / min(ratio))`` or ``h = H, w = round(H * max(ratio))``)."""
-    aug = PairAugment(crop=(ROH, ROW), crop_scale=(0.5, 1.0), crop_ratio=ratio)
+    aug = PairAugment(resized_crop=(ROH, ROW), crop_scale=(0.5, 1.0), crop_ratio=ratio)
     got = load_boxes(ramps, aug)
     expect = torchvision_boxes(10, RH, RW, (0.5, 1.0), ratio, np.random.default_rng(0))
     assert (expect == box).all()

@@ -293,7 +293,7 @@ print(json.dumps({"estimate": est.per_rank, "measured": process_bytes(sys.argv[1
             "batch_size": 512,
             "batches_ahead": 6,
             "augment": {
-                "crop": [48, 48],
+                "resized_crop": [48, 48],
                 "crop_scale": [0.3, 1.0],
                 "hflip": 0.5,
                 "normalize_mean": [1.0, 2.0, 3.0],
@@ -340,7 +340,7 @@ def _nbytes(buffers) -> int:
         (None, "decoder"),
         (
             {
-                "crop": (12, 12),
+                "resized_crop": (12, 12),
                 "crop_scale": (0.3, 1.0),
                 "normalize_mean": (1.0, 2.0, 3.0),
                 "normalize_std": (2.0, 2.0, 2.0),

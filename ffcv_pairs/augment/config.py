@@ -8,9 +8,10 @@ Example (Python, or the ``augment:`` block of a LightningCLI YAML)::
 
 **Geometric** ops (crop / resized crop, translate, flips, rot90) are always
 shared by A and B: one parameter draw per sample moves both images the same
-way (``paired_geometry=False`` exists only to show what breaks without it).
-They run in this order: take the region (a random crop of the padded image, or
-a random resized crop), shifted by the translation; flip; rotate by k*90 deg.
+way (``geometry_paired=False`` exists only to show what breaks without it).
+They run in this order: take the region (a random ``crop`` of the padded image,
+or a random ``resized_crop``), shifted by the translation; flip; rotate by k*90
+deg.
 Out-of-image pixels follow ``pad_mode`` (``constant`` uses ``fill``).
 
 **Photometric** ops (brightness, contrast, gaussian noise) each have a
@@ -28,7 +29,8 @@ for A and B, and the same for every run, thread count, rank layout and order.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+import warnings
+from dataclasses import InitVar, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,8 +127,10 @@ class PairAugment:
         rot90: Rotate by a random multiple of 90 degrees (needs square output).
         crop: Output ``(height, width)`` of a random crop, or None.
         crop_padding: Pixels of padding on each side before a random crop.
-        crop_scale: ``(low, high)`` area fraction: makes ``crop`` a random
-            *resized* crop (bilinear), as torchvision's RandomResizedCrop.
+        resized_crop: Output ``(height, width)`` of a random resized crop (bilinear),
+            as torchvision's RandomResizedCrop, or None. Not with ``crop``.
+        crop_scale: ``(low, high)`` area fraction of the resized crop's region;
+            default ``(0.08, 1.0)``, as torchvision.
         crop_ratio: ``(low, high)`` aspect ratio range of the resized crop.
         translate: Maximum shift ``(dy, dx)`` in pixels of the crop window.
         pad_mode: ``constant`` (``fill``), ``reflect`` or ``edge`` for pixels outside.
@@ -139,8 +143,9 @@ class PairAugment:
             floating-point images to; default ``(0, 1)``, as torchvision. A float
             image holding values outside it is refused, never clamped silently.
             Integer images clamp to their dtype (uint8: 0..255).
-        paired_geometry: Keep True. False draws geometry for A and B
+        geometry_paired: Keep True. False draws geometry for A and B
             independently, which destroys the pairing (for demonstrations).
+            (``paired_geometry``, its old name, still works, with a warning.)
         normalize_mean, normalize_std: Per-channel ``(x - mean) / std`` on the device.
         out_dtype: Output dtype; default float32 when normalizing, else unchanged.
         channels: ``auto``, ``first`` (C,H,W) or ``last`` (H,W,C).
@@ -151,6 +156,7 @@ class PairAugment:
     rot90: bool = False
     crop: tuple[int, int] | None = None
     crop_padding: int = 0
+    resized_crop: tuple[int, int] | None = None
     crop_scale: tuple[float, float] | None = None
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
     translate: tuple[int, int] = (0, 0)
@@ -162,16 +168,38 @@ class PairAugment:
     brightness_paired: bool = True
     contrast_paired: bool = True
     noise_paired: bool = False
-    paired_geometry: bool = True
+    geometry_paired: bool = True
     value_range: tuple[float, float] | None = None
     normalize_mean: tuple[float, ...] | None = None
     normalize_std: tuple[float, ...] | None = None
     out_dtype: OutDtype | None = None
     channels: Literal["auto", "first", "last"] = "auto"
+    paired_geometry: InitVar[bool | None] = None  # geometry_paired's old name
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, paired_geometry: bool | None) -> None:
+        self._old_names(paired_geometry)
         self._check_geometry()
         self._check_photometric_and_output()
+
+    def _old_names(self, paired_geometry: bool | None) -> None:
+        """Options as they were once spelled: accepted, with a warning that says the new way."""
+        if paired_geometry is not None:
+            warnings.warn(
+                "augment paired_geometry is now geometry_paired (every *_paired flag reads "
+                "the same way); the old name still works",
+                FutureWarning,
+                stacklevel=4,
+            )
+            object.__setattr__(self, "geometry_paired", paired_geometry)
+        if self.crop is not None and self.crop_scale is not None and self.resized_crop is None:
+            warnings.warn(
+                f"augment crop={tuple(self.crop)} with crop_scale is a resized crop: say "
+                f"resized_crop={tuple(self.crop)} (crop alone is a plain crop); taken as that",
+                FutureWarning,
+                stacklevel=4,
+            )
+            object.__setattr__(self, "resized_crop", self.crop)
+            object.__setattr__(self, "crop", None)
 
     def _put(self, name: str, check: Any, *args: Any, **bounds: Any) -> None:
         object.__setattr__(
@@ -185,6 +213,7 @@ class PairAugment:
         put("rot90", flag)
         put("crop", optional(pair), integer, least=1, most=MAX_SIDE)
         put("crop_padding", integer, 0, MAX_SIDE)
+        put("resized_crop", optional(pair), integer, least=1, most=MAX_SIDE)
         put("crop_scale", optional(pair), number, above=0.0, most=1.0)
         put("crop_ratio", pair, number, above=0.0, most=1e6)
         put("translate", pair, integer, least=0, most=MAX_SIDE)
@@ -192,10 +221,18 @@ class PairAugment:
         put("fill", number)
         _ordered("crop_scale", self.crop_scale)
         _ordered("crop_ratio", self.crop_ratio)
-        if self.crop_scale is not None and self.crop is None:
-            raise ValueError("augment crop_scale needs crop=(height, width), the output size")
-        if self.crop_scale is not None and self.crop_padding:
-            raise ValueError("augment crop_padding applies to plain crops; unset it or crop_scale")
+        if self.crop is not None and self.resized_crop is not None:
+            raise ValueError(
+                f"augment crop={self.crop} and resized_crop={self.resized_crop}: choose one"
+            )
+        if self.crop_scale is not None and self.resized_crop is None:
+            raise ValueError(
+                "augment crop_scale applies to resized_crop=(height, width), which is not set"
+            )
+        if self.resized_crop is not None and self.crop_padding:
+            raise ValueError(
+                "augment crop_padding applies to a plain crop, not to resized_crop; unset it"
+            )
 
     def _check_photometric_and_output(self) -> None:
         put = self._put
@@ -207,7 +244,7 @@ class PairAugment:
             raise ValueError(
                 f"augment value_range={self.value_range} must be (low, high), low < high"
             )
-        for name in ("brightness_paired", "contrast_paired", "noise_paired", "paired_geometry"):
+        for name in ("brightness_paired", "contrast_paired", "noise_paired", "geometry_paired"):
             put(name, flag)
         put("normalize_mean", optional(sequence_of), number)
         put("normalize_std", optional(sequence_of), number, above=0.0)
@@ -219,7 +256,7 @@ class PairAugment:
     # -- construction ------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PairAugment:
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} | {"paired_geometry"}  # an old name
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown augment option(s) {unknown}; known: {sorted(known)}")
@@ -235,9 +272,28 @@ class PairAugment:
 
     # -- what the loader asks ------------------------------------------------------------
     @property
+    def out_size(self) -> tuple[int, int] | None:
+        """The output ``(height, width)`` of the crop or resized crop; None: the image's."""
+        return self.resized_crop if self.resized_crop is not None else self.crop
+
+    @property
+    def resizes(self) -> bool:
+        """A random resized crop (bilinear) rather than a plain crop."""
+        return self.resized_crop is not None
+
+    @property
+    def scale_range(self) -> tuple[float, float]:
+        """The resized crop's area fractions (torchvision's default when unset)."""
+        return self.crop_scale if self.crop_scale is not None else (0.08, 1.0)
+
+    @property
     def has_geometry(self) -> bool:
         return bool(
-            self.hflip or self.vflip or self.rot90 or self.crop is not None or any(self.translate)
+            self.hflip
+            or self.vflip
+            or self.rot90
+            or self.out_size is not None
+            or any(self.translate)
         )
 
     @property
@@ -253,7 +309,7 @@ class PairAugment:
         a, b = (out[n] for n in schema.IMAGE_FIELDS)
         if (
             self.has_geometry
-            and self.paired_geometry
+            and self.geometry_paired
             and (a.height, a.width) != (b.height, b.width)
         ):
             raise ValueError(
@@ -269,8 +325,8 @@ class PairAugment:
             )
         for name, lay in out.items():
             self._check_fill(name, schema.spec(name))
-            oh, ow = self.crop if self.crop is not None else (lay.height, lay.width)
-            if self.crop is not None and self.crop_scale is None:
+            oh, ow = self.out_size if self.out_size is not None else (lay.height, lay.width)
+            if self.crop is not None:
                 room = (lay.height + 2 * self.crop_padding, lay.width + 2 * self.crop_padding)
                 if oh > room[0] or ow > room[1]:
                     raise ValueError(
@@ -306,13 +362,13 @@ class PairAugment:
             )
 
     def output_shape(self, layout: ImageLayout) -> tuple[int, ...]:
-        oh, ow = self.crop if self.crop is not None else (layout.height, layout.width)
+        oh, ow = self.out_size if self.out_size is not None else (layout.height, layout.width)
         return layout.shape(oh, ow)
 
     def geometry_config(self, layout: ImageLayout) -> GeometryConfig:
         """What the geometry kernels read (see :mod:`ffcv_pairs.kernels.geometry`)."""
-        oh, ow = self.crop if self.crop is not None else (layout.height, layout.width)
-        scale = self.crop_scale if self.crop_scale is not None else (1.0, 1.0)
+        oh, ow = self.out_size if self.out_size is not None else (layout.height, layout.width)
+        scale = self.scale_range if self.resizes else (1.0, 1.0)
         return GeometryConfig(
             hflip=float(self.hflip),
             vflip=float(self.vflip),
@@ -327,9 +383,9 @@ class PairAugment:
             trans_y=int(self.translate[0]),
             trans_x=int(self.translate[1]),
             pad_mode=_PAD_MODES[self.pad_mode],
-            crop=self.crop is not None,
-            resize=self.crop_scale is not None,
-            paired=bool(self.paired_geometry),
+            crop=self.out_size is not None,
+            resize=self.resizes,
+            paired=bool(self.geometry_paired),
             identity=not self.has_geometry,
         )
 

@@ -210,7 +210,7 @@ def cpu_ops(
     layout = augment.layouts(schema)[name]
     tag = schema.IMAGE_FIELDS.index(name)
     ops: list[Operation] = []
-    if augment.crop_scale is not None:
+    if augment.resizes:
         ops.append(ResizedCrop(augment, layout, clock, tag))
     if augment.has_photometric:
         ops.append(Photometric(augment, layout, clock, tag, name))

@@ -52,6 +52,6 @@ def stage_plan(augment: PairAugment | None, schema: PairSchema, on_cpu: bool) ->
     if a != b:  # the fused kernel shares one output layout between A and B
         return StagePlan(False, stored, False)
     cpu_output = on_cpu and _converts(augment, stored)
-    fused = augment.crop_scale is not None or augment.has_photometric or cpu_output
+    fused = augment.resizes or augment.has_photometric or cpu_output
     output = augment.resolved_out_dtype(stored) if cpu_output else stored
     return StagePlan(fused, output, cpu_output)

@@ -48,7 +48,7 @@ class _FieldOutput:
     def __init__(self, spec: ArraySpec, layout: ImageLayout | None, aug: PairAugment | None):
         self.spec = spec
         self.dtype = spec.np_dtype
-        geometric = aug is not None and aug.has_geometry and aug.crop_scale is None
+        geometric = aug is not None and aug.has_geometry and not aug.resizes
         if layout is None or aug is None or not geometric:
             self.out_shape = spec.shape
             self.plan = FieldPlan(1, 1, spec.nbytes, 1)
@@ -60,7 +60,7 @@ class _FieldOutput:
         self.fill = np.full(layout.pixel, aug.fill, dtype=spec.np_dtype).view(np.uint8)
         self.plan = FieldPlan(layout.planes, layout.height, layout.width, layout.pixel * item)
         self.out_planes = layout.planes
-        self.out_height = aug.crop[0] if aug.crop is not None else layout.height
+        self.out_height = aug.out_size[0] if aug.out_size is not None else layout.height
 
 
 #: No geometric op: the decoder copies each image whole.
@@ -104,7 +104,7 @@ class PairDecoder(Operation):
             self.fused = fused_config(augment, schema, plan, clock, stats)
             for out, shape in zip(self.fields, self.fused.shapes):
                 out.out_shape, out.dtype = shape, self.fused.dtype
-        geometric = augment is not None and augment.has_geometry and augment.crop_scale is None
+        geometric = augment is not None and augment.has_geometry and not augment.resizes
         if augment is not None and geometric:
             self.geo = augment.geometry_config(layouts[schema.IMAGE_FIELDS[0]])
         else:

@@ -70,7 +70,7 @@ def _stats_use(
     """Whether each field's contrast mean may come from its stored statistics: contrast
     is on, the geometry moves every pixel without dropping or adding any (flips, quarter
     turns), and a 3-channel image was summed per channel in the loader's channel order."""
-    keeps_pixels = augment.crop is None and not any(augment.translate)  # crop_scale: a crop
+    keeps_pixels = augment.out_size is None and not any(augment.translate)
     use = np.zeros(2, dtype=np.bool_)
     for t, (name, lay) in enumerate(layouts.items()):
         summed = stored.get(name)

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .augment.config import image_layout
+from .augment.config import image_axes
 from .format.integrity import load_manifest
 from .format.reader import PairReader
 from .format.schema import PairSchema
@@ -147,7 +147,7 @@ def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: i
             ptr = int(reader.image_pointers(name)[sid])
             img = mm[ptr : ptr + spec.nbytes].view(spec.np_dtype).reshape(spec.shape)
             try:
-                channels = image_layout(spec).channels
+                channels = image_axes(spec).channels
             except ValueError:
                 channels = "first"
             rgb, marked = _to_rgb(np.asarray(img), channels)

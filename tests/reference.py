@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ffcv_pairs.augment.config import ImageLayout, PairAugment
+from ffcv_pairs.augment.config import ImageAxes, PairAugment
 
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -68,7 +68,7 @@ def _resized_region(aug: PairAugment, key: int, h: int, w: int) -> tuple[int, in
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
-def params(aug: PairAugment, layout: ImageLayout, seed: int, epoch: int, sid: int, tag: int):
+def params(aug: PairAugment, layout: ImageAxes, seed: int, epoch: int, sid: int, tag: int):
     """One sample's draw: flips, quarter turns and the region ``(y0, x0, rh, rw)``."""
     key = sample_key(seed, epoch, sid, OP_GEOMETRY, 0 if aug.geometry_paired else tag)
     h, w = layout.height, layout.width
@@ -95,7 +95,7 @@ def params(aug: PairAugment, layout: ImageLayout, seed: int, epoch: int, sid: in
     )
 
 
-def to_hwc(img: np.ndarray, layout: ImageLayout) -> np.ndarray:
+def to_hwc(img: np.ndarray, layout: ImageAxes) -> np.ndarray:
     if layout.channels == "first":
         return np.moveaxis(img, 0, -1)
     if layout.channels == "none":
@@ -103,7 +103,7 @@ def to_hwc(img: np.ndarray, layout: ImageLayout) -> np.ndarray:
     return img
 
 
-def from_hwc(img: np.ndarray, layout: ImageLayout) -> np.ndarray:
+def from_hwc(img: np.ndarray, layout: ImageAxes) -> np.ndarray:
     if layout.channels == "first":
         return np.ascontiguousarray(np.moveaxis(img, -1, 0))
     if layout.channels == "none":
@@ -138,7 +138,7 @@ def flips_rot(img: np.ndarray, prm) -> np.ndarray:
     return np.rot90(img, int(prm.rot), axes=(0, 1))
 
 
-def geometry(img: np.ndarray, layout: ImageLayout, aug: PairAugment, prm) -> np.ndarray:
+def geometry(img: np.ndarray, layout: ImageAxes, aug: PairAugment, prm) -> np.ndarray:
     """Plain crop/pad/translate + flips + rot90 of one stored image."""
     hwc = to_hwc(img, layout)
     fill = np.array(aug.fill, dtype=img.dtype)
@@ -162,7 +162,7 @@ def bilinear(img: np.ndarray, y0: float, x0: float, rh: float, rw: float, out_hw
     return (1 - wy) * top + wy * bottom
 
 
-def resized(img: np.ndarray, layout: ImageLayout, aug: PairAugment, prm) -> np.ndarray:
+def resized(img: np.ndarray, layout: ImageAxes, aug: PairAugment, prm) -> np.ndarray:
     """Resized crop + flips + rot90, float64 (uint8: not yet rounded)."""
     hwc = bilinear(to_hwc(img, layout), prm.y0, prm.x0, prm.rh, prm.rw, aug.out_size)
     return from_hwc(np.ascontiguousarray(flips_rot(hwc, prm)), layout)
@@ -192,7 +192,7 @@ def noise(key: int, n: int) -> np.ndarray:
 
 
 def photometric(
-    img: np.ndarray, layout: ImageLayout, aug: PairAugment, draw: tuple[int, int, int, int]
+    img: np.ndarray, layout: ImageAxes, aug: PairAugment, draw: tuple[int, int, int, int]
 ) -> np.ndarray:
     """Brightness, contrast (around the grayscale mean for 3 channels), noise; float64.
 
@@ -221,7 +221,7 @@ def photometric(
     return x3 if img.dtype == np.uint8 else np.clip(x3, lo, hi)
 
 
-def normalize(q: np.ndarray, layout: ImageLayout, aug: PairAugment) -> np.ndarray:
+def normalize(q: np.ndarray, layout: ImageAxes, aug: PairAugment) -> np.ndarray:
     """``(q - mean[c]) / std[c]`` per channel, float64."""
     mean, std = np.array(aug.normalize_mean), np.array(aug.normalize_std)
     return from_hwc((to_hwc(q.astype(np.float64), layout) - mean) / std, layout)

@@ -11,7 +11,7 @@ import reference as ref
 import torch
 
 from ffcv_pairs import ArraySource, make_loader, write_pairs
-from ffcv_pairs.augment.config import PairAugment, image_layout
+from ffcv_pairs.augment.config import PairAugment, image_axes
 from ffcv_pairs.load.pipeline import LoaderError
 
 SEED = 11
@@ -79,7 +79,7 @@ def test_geometry_equals_reference(tmp_path: Path, shape, dtype, aug) -> None:
     xa, xb, ids = _batches(path, aug, epoch=3)
     from ffcv_pairs import ArraySpec
 
-    lay = image_layout(ArraySpec(shape, dtype))
+    lay = image_axes(ArraySpec(shape, dtype))
     for sid in ids:
         prm = ref.params(aug, lay, SEED, 3, sid, 0)
         np.testing.assert_array_equal(xa[sid], ref.geometry(a[sid], lay, aug, prm))
@@ -117,7 +117,7 @@ def test_resized_crop_equals_reference(tmp_path: Path, shape, dtype, extra) -> N
     xa, xb, ids = _batches(path, aug, epoch=1)
     from ffcv_pairs import ArraySpec
 
-    lay = image_layout(ArraySpec(shape, dtype))
+    lay = image_axes(ArraySpec(shape, dtype))
     for sid in ids:
         prm = ref.params(aug, lay, SEED, 1, sid, 0)
         assert_close_to(xa[sid], ref.resized(a[sid], lay, aug, prm), dtype)
@@ -147,7 +147,7 @@ def test_photometric_equals_reference(tmp_path: Path, shape, dtype, aug) -> None
     xa, xb, ids = _batches(path, aug, epoch=2)
     from ffcv_pairs import ArraySpec
 
-    lay = image_layout(ArraySpec(shape, dtype))
+    lay = image_axes(ArraySpec(shape, dtype))
     for sid in ids:
         assert_close_to(xa[sid], ref.photometric(a[sid], lay, aug, (SEED, 2, sid, 0)), dtype)
         assert_close_to(xb[sid], ref.photometric(b[sid], lay, aug, (SEED, 2, sid, 1)), dtype)
@@ -354,7 +354,7 @@ def test_float_photometric_stays_in_range(tmp_path: Path, aug: PairAugment, dtyp
     assert (xa == 1.0).any() or (xa == 0.0).any(), "some value should clamp"
     from ffcv_pairs import ArraySpec
 
-    lay = image_layout(ArraySpec((3, 8, 8), dtype))
+    lay = image_axes(ArraySpec((3, 8, 8), dtype))
     for sid in ids:
         assert_close_to(xa[sid], ref.photometric(a[sid], lay, aug, (SEED, 1, sid, 0)), dtype)
         assert_close_to(xb[sid], ref.photometric(b[sid], lay, aug, (SEED, 1, sid, 1)), dtype)

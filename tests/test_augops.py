@@ -14,9 +14,9 @@ import torch
 from test_augment import SEED, _batches, _data, _file, assert_close_to, near_tie
 
 from ffcv_pairs import ArraySource, ArraySpec, make_loader, write_pairs
-from ffcv_pairs.augment.config import PairAugment, image_layout
+from ffcv_pairs.augment.config import PairAugment, image_axes
 from ffcv_pairs.augment.ops import AsBFloat16, NormalizeConvert, device_ops
-from ffcv_pairs.augment.plan import stage_plan
+from ffcv_pairs.augment.placement import place_ops
 from ffcv_pairs.format.schema import PairSchema
 
 RESIZES = [
@@ -37,7 +37,7 @@ SHAPES = [(3, 20, 20), (20, 20, 3), (20, 20), (4, 20, 20)]
 def test_resized_crop_is_bilinear_within_one(tmp_path: Path, shape, aug) -> None:
     a, b, labels = _data(24, shape, "uint8", paired="same")
     xa, xb, ids = _batches(_file(tmp_path, a, b, labels), aug, epoch=5)
-    lay = image_layout(ArraySpec(shape, "uint8"))
+    lay = image_axes(ArraySpec(shape, "uint8"))
     for sid in ids:
         prm = ref.params(aug, lay, SEED, 5, sid, 0)
         assert_close_to(xa[sid], ref.resized(a[sid], lay, aug, prm), "uint8")
@@ -66,7 +66,7 @@ def test_contrast_is_around_the_grayscale_mean(tmp_path: Path) -> None:
     path = _file(tmp_path, a, a.copy(), np.arange(n))
     aug = PairAugment(contrast=0.5)
     xa, _, ids = _batches(path, aug)
-    lay = image_layout(ArraySpec((3, 6, 6), "uint8"))
+    lay = image_axes(ArraySpec((3, 6, 6), "uint8"))
     plain_mean_differs = 0
     for sid in ids:
         want = ref.photometric(a[sid], lay, aug, (SEED, 0, sid, 0))
@@ -83,7 +83,7 @@ def test_brightness_clamps_before_contrast(tmp_path: Path) -> None:
     path = _file(tmp_path, a, a.copy(), np.arange(n))
     aug = PairAugment(brightness=0.9, contrast=0.9)
     xa, _, ids = _batches(path, aug)
-    lay = image_layout(ArraySpec((3, 6, 6), "uint8"))
+    lay = image_axes(ArraySpec((3, 6, 6), "uint8"))
     for sid in ids:
         assert_close_to(xa[sid], ref.photometric(a[sid], lay, aug, (SEED, 0, sid, 0)), "uint8")
     # Without the clamp at 255 (as for float images) red differs wherever brightness > 1.02.
@@ -150,7 +150,7 @@ def test_cpu_normalisation_and_dtype(tmp_path: Path, shape, extra, out_dtype) ->
         path, batch_size=16, order="sequential", seed=SEED, augment=aug, device="cpu"
     )
     xa, xb, ids = (t.clone() for t in next(iter(loader)))
-    lay = image_layout(ArraySpec(shape, "uint8"))
+    lay = image_axes(ArraySpec(shape, "uint8"))
     assert xa.dtype == getattr(torch, out_dtype)
     assert tuple(xa.shape[1:]) == aug.output_shape(lay)
     # float32's rounding, or half an ulp of float16 (2**-11) and bfloat16 (2**-8), plus a
@@ -181,14 +181,14 @@ def test_cpu_normalisation_and_dtype(tmp_path: Path, shape, extra, out_dtype) ->
 def test_cpu_normalisation_runs_in_the_decoder_and_gpu_keeps_it() -> None:
     schema = PairSchema(ArraySpec((3, 8, 8), "uint8"), ArraySpec((3, 8, 8), "uint8"))
     aug = PairAugment(normalize_mean=(1.0,) * 3, normalize_std=(2.0,) * 3, out_dtype="bfloat16")
-    cpu = stage_plan(aug, schema, on_cpu=True)
+    cpu = place_ops(aug, schema, on_cpu=True)
     assert cpu.fused and cpu.cpu_output and cpu.output_dtype == "bfloat16"
     assert [type(op) for op in device_ops(aug, "A", schema, cpu)] == [AsBFloat16]
-    gpu = stage_plan(aug, schema, on_cpu=False)
+    gpu = place_ops(aug, schema, on_cpu=False)
     assert not gpu.cpu_output and gpu.output_dtype == "uint8"
     assert [type(op) for op in device_ops(aug, "A", schema, gpu)] == [NormalizeConvert]
     floats = PairSchema(ArraySpec((3, 8, 8), "float32"), ArraySpec((3, 8, 8), "float32"))
-    assert not stage_plan(aug, floats, on_cpu=True).fused
+    assert not place_ops(aug, floats, on_cpu=True).fused
 
 
 def test_fused_pipeline_reproducible_across_threads_runs_and_caches(tmp_path: Path) -> None:
@@ -235,7 +235,7 @@ def test_mixed_dtypes_take_the_separate_ops(tmp_path: Path) -> None:
         value_range=(-400, 400),
     )
     xa, xb, ids = _batches(path, aug, epoch=1)
-    lay = image_layout(ArraySpec((3, 10, 10), "uint8"))
+    lay = image_axes(ArraySpec((3, 10, 10), "uint8"))
     for sid in ids:
         prm = ref.params(aug, lay, SEED, 1, sid, 0)
         exact = ref.resized(a[sid], lay, aug, prm)

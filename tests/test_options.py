@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 
 from ffcv_pairs import LoaderConfig, PairDataModule, make_loader
-from ffcv_pairs.load.config import options_doc
+from ffcv_pairs.load.options import options_doc
 
 FIELDS = {f.name: f for f in dataclasses.fields(LoaderConfig)}
 # PairDataModule's own meaning of these (trainer-aware), or set per split by it.

@@ -41,75 +41,15 @@ from .._checks import flag, integer, number, one_of, optional, pair, sequence_of
 from ..format.schema import ArraySpec, PairSchema
 from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, GeometryConfig
 from ..kernels.photometric import PhotometricConfig
+from .axes import ImageAxes, image_axes
 
-__all__ = ["ImageLayout", "PairAugment", "image_layout"]
+__all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
 
 PadMode = Literal["constant", "reflect", "edge"]
 _PAD_MODES = {"constant": PAD_CONSTANT, "reflect": PAD_REFLECT, "edge": PAD_EDGE}
 OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
 #: Largest crop side, padding or shift, in pixels.
 MAX_SIDE = 1 << 16
-
-
-@dataclass(frozen=True)
-class ImageLayout:
-    """Where the channels are: ``first`` (C, H, W), ``last`` (H, W, C) or ``none`` (H, W)."""
-
-    channels: Literal["first", "last", "none"]
-    height: int
-    width: int
-    num_channels: int
-
-    @property
-    def planes(self) -> int:
-        return self.num_channels if self.channels == "first" else 1
-
-    @property
-    def pixel(self) -> int:
-        """Elements per pixel within a plane."""
-        return self.num_channels if self.channels == "last" else 1
-
-    def shape(self, height: int, width: int) -> tuple[int, ...]:
-        c = self.num_channels
-        if self.channels == "first":
-            return (c, height, width)
-        if self.channels == "last":
-            return (height, width, c)
-        return (height, width)
-
-    def channel_axis(self) -> int | None:
-        """Axis of channels in a batch ``(B, ...)``."""
-        return {"first": 1, "last": 3, "none": None}[self.channels]
-
-
-def image_layout(spec: ArraySpec, channels: str = "auto", name: str = "image") -> ImageLayout:
-    """Infer (or check) where the channel axis of ``spec`` is.
-
-    ``auto``: 2-d is ``none``; 3-d takes the axis (first or last) that is strictly
-    smaller than the other two as channels.
-    """
-    shape = spec.shape
-    if len(shape) == 2:
-        if channels not in ("auto", "none"):
-            raise ValueError(f"{name}: shape {shape} has no channel axis (channels={channels!r})")
-        return ImageLayout("none", shape[0], shape[1], 1)
-    if len(shape) != 3:
-        raise ValueError(f"{name}: augmentation needs 2-d or 3-d images, got shape {shape}")
-    if channels == "auto":
-        if shape[0] < min(shape[1:]):
-            channels = "first"
-        elif shape[2] < min(shape[:2]):
-            channels = "last"
-        else:
-            raise ValueError(
-                f"{name}: cannot tell the channel axis of shape {shape}; set "
-                f"augment channels: first (C,H,W) or last (H,W,C)"
-            )
-    if channels == "first":
-        return ImageLayout("first", shape[1], shape[2], shape[0])
-    if channels == "last":
-        return ImageLayout("last", shape[0], shape[1], shape[2])
-    raise ValueError(f"channels must be auto, first or last, got {channels!r}")
 
 
 def _ordered(name: str, value: tuple[float, float] | None) -> None:
@@ -300,11 +240,10 @@ class PairAugment:
     def has_photometric(self) -> bool:
         return bool(self.brightness or self.contrast or self.noise_std)
 
-    def layouts(self, schema: PairSchema) -> dict[str, ImageLayout]:
+    def layouts(self, schema: PairSchema) -> dict[str, ImageAxes]:
         """The layout of each image field, checked against this config."""
         out = {
-            name: image_layout(schema.spec(name), self.channels, name)
-            for name in schema.IMAGE_FIELDS
+            name: image_axes(schema.spec(name), self.channels, name) for name in schema.IMAGE_FIELDS
         }
         a, b = (out[n] for n in schema.IMAGE_FIELDS)
         if (
@@ -361,11 +300,11 @@ class PairAugment:
                 f"whole number in [{info.min}, {info.max}]"
             )
 
-    def output_shape(self, layout: ImageLayout) -> tuple[int, ...]:
+    def output_shape(self, layout: ImageAxes) -> tuple[int, ...]:
         oh, ow = self.out_size if self.out_size is not None else (layout.height, layout.width)
         return layout.shape(oh, ow)
 
-    def geometry_config(self, layout: ImageLayout) -> GeometryConfig:
+    def geometry_config(self, layout: ImageAxes) -> GeometryConfig:
         """What the geometry kernels read (see :mod:`ffcv_pairs.kernels.geometry`)."""
         oh, ow = self.out_size if self.out_size is not None else (layout.height, layout.width)
         scale = self.scale_range if self.resizes else (1.0, 1.0)

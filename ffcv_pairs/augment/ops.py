@@ -1,6 +1,6 @@
 """Per-field augmentation ops: FFCV ``Operation``\\ s that receive the sample ids.
 
-For uint8 A and B every CPU op is fused into the decoder (see :mod:`.plan`);
+For uint8 A and B every CPU op is fused into the decoder (see :mod:`.placement`);
 these ops serve the other dtypes. Each CPU op calls a cached, parallel numba
 kernel from :mod:`kernels` with the batch's sample ids (``with_indices``) and
 the loader's ``[seed, epoch]`` clock, which it reads by reference, so a new
@@ -24,8 +24,8 @@ from ..kernels.noise import normal_table
 from ..kernels.photometric import ChannelLayout, PhotometricConfig, photometric
 from ..kernels.pixels import photometric_uint8
 from ..kernels.resize import ResizePlan, resized_crop
-from .config import ImageLayout, PairAugment
-from .plan import StagePlan
+from .config import ImageAxes, PairAugment
+from .placement import OpPlacement
 
 __all__ = [
     "AsBFloat16",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-def channel_layout(layout: ImageLayout, shape: tuple[int, ...]) -> ChannelLayout:
+def channel_layout(layout: ImageAxes, shape: tuple[int, ...]) -> ChannelLayout:
     """The kernels' :class:`~ffcv_pairs.kernels.photometric.ChannelLayout` of an image of
     ``shape`` (the output of the ops before) laid out as ``layout``."""
     n = int(np.prod(shape))
@@ -53,7 +53,7 @@ def _numeric(batch: np.ndarray) -> np.ndarray:
 class ResizedCrop(Operation):
     """Random resized crop (bilinear) + flips + rot90 + translate, shared by A and B."""
 
-    def __init__(self, augment: PairAugment, layout: ImageLayout, clock: np.ndarray, tag: int):
+    def __init__(self, augment: PairAugment, layout: ImageAxes, clock: np.ndarray, tag: int):
         super().__init__()
         self.layout, self.clock, self.tag = layout, clock, tag
         self.geo = augment.geometry_config(layout)
@@ -92,7 +92,7 @@ class Photometric(Operation):
     """
 
     def __init__(
-        self, augment: PairAugment, layout: ImageLayout, clock: np.ndarray, tag: int, name: str
+        self, augment: PairAugment, layout: ImageAxes, clock: np.ndarray, tag: int, name: str
     ):
         super().__init__()
         self.cfg = augment.photometric_config()
@@ -201,11 +201,11 @@ class AsBFloat16(Operation):
 
 
 def cpu_ops(
-    augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray, plan: StagePlan
+    augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray, placement: OpPlacement
 ) -> list[Operation]:
     """The CPU ops of field ``name`` after the shared decoder: resized crop, photometric
     (none when the decoder fuses them)."""
-    if plan.fused:
+    if placement.fused:
         return []
     layout = augment.layouts(schema)[name]
     tag = schema.IMAGE_FIELDS.index(name)
@@ -218,12 +218,12 @@ def cpu_ops(
 
 
 def device_ops(
-    augment: PairAugment, name: str, schema: PairSchema, plan: StagePlan
+    augment: PairAugment, name: str, schema: PairSchema, placement: OpPlacement
 ) -> list[Operation]:
     """The ops of field ``name`` after ``ToTensor`` (and ``ToDevice``): normalise and cast,
     unless the decoder did (then at most a bfloat16 view of its bits)."""
-    if plan.cpu_output:
-        return [AsBFloat16()] if plan.output_dtype == "bfloat16" else []
+    if placement.cpu_output:
+        return [AsBFloat16()] if placement.output_dtype == "bfloat16" else []
     layout = augment.layouts(schema)[name]
     stored = schema.spec(name).dtype
     out = augment.resolved_out_dtype(stored)

@@ -31,10 +31,9 @@ from typing import Any
 import lightning as L
 
 from .._checks import integer, optional
-from ..augment.config import PairAugment, image_layout
+from ..augment.config import PairAugment, image_axes
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
-from ..load.config import MAX_BATCH, options_doc
 from ..load.loader import (
     DEFAULT_PREFETCH,
     DEFAULT_WINDOW_BYTES,
@@ -42,6 +41,7 @@ from ..load.loader import (
     PairLoader,
     make_loader,
 )
+from ..load.options import MAX_BATCH, options_doc
 from ..load.order import OrderKind
 from ..load.world import default_num_threads
 
@@ -151,7 +151,7 @@ class PairDataModule(L.LightningDataModule):
     def input_channels(self) -> int:
         """Channels of image A, for sizing a model's first layer."""
         spec = self.schema().a
-        return image_layout(spec, self.augment.channels if self.augment else "auto").num_channels
+        return image_axes(spec, self.augment.channels if self.augment else "auto").num_channels
 
     def _device(self) -> str | None:
         if self.device is not None:

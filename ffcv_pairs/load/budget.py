@@ -29,7 +29,7 @@ import torch
 from ffcv.pipeline.allocation_query import AllocationQuery
 
 from ..augment.ops import NormalizeConvert, device_ops
-from ..augment.plan import stage_plan
+from ..augment.placement import place_ops
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
 from .index import PageIndex
@@ -153,9 +153,9 @@ def estimate_memory(loader: BudgetedLoader, local_ranks: int) -> MemoryEstimate:
     transients = 0
     aug = cfg.augment
     if aug is not None and loader.device.type == "cpu":
-        plan = stage_plan(aug, loader.schema, on_cpu=True)
+        placement = place_ops(aug, loader.schema, on_cpu=True)
         for name in loader.schema.IMAGE_FIELDS:
-            ops = device_ops(aug, name, loader.schema, plan)
+            ops = device_ops(aug, name, loader.schema, placement)
             if any(isinstance(op, NormalizeConvert) for op in ops):
                 out = aug.resolved_out_dtype(loader.schema.spec(name).dtype)
                 item = torch.empty(0, dtype=getattr(torch, out)).element_size()

@@ -26,8 +26,8 @@ from ffcv.pipeline.allocation_query import AllocationQuery
 from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
-from ..augment.config import ImageLayout, PairAugment
-from ..augment.plan import StagePlan
+from ..augment.config import ImageAxes, PairAugment
+from ..augment.placement import OpPlacement
 from ..format.schema import ArraySpec, PairSchema
 from ..kernels.decode import BatchRefs, FieldPlan, decode_pairs, decode_pairs_serial
 from ..kernels.fused import fused_pairs, fused_pairs_serial
@@ -45,7 +45,7 @@ def planes_view(batch: np.ndarray, planes: int, height: int) -> np.ndarray:
 class _FieldOutput:
     """How the decoder reads one field (``plan``, for the kernel) and what it writes."""
 
-    def __init__(self, spec: ArraySpec, layout: ImageLayout | None, aug: PairAugment | None):
+    def __init__(self, spec: ArraySpec, layout: ImageAxes | None, aug: PairAugment | None):
         self.spec = spec
         self.dtype = spec.np_dtype
         geometric = aug is not None and aug.has_geometry and not aug.resizes
@@ -78,8 +78,9 @@ class PairDecoder(Operation):
         augment: Geometry to apply on the way, or None.
         clock: ``[seed, epoch]``, updated by the loader before each epoch.
         page_shift: ``log2`` of the file's page size (to find pages in the process cache).
-        plan: Where the ops run (see :mod:`~ffcv_pairs.augment.plan`); with ``plan.fused``
-            the decoder applies every CPU op (:mod:`~ffcv_pairs.kernels.fused`).
+        placement: Where the ops run (see :mod:`~ffcv_pairs.augment.placement`); when
+            ``placement.fused``, the decoder applies every CPU op
+            (:mod:`~ffcv_pairs.kernels.fused`).
         stats: The file's image statistics and how each field was summed (see
             :mod:`~ffcv_pairs.format.stats`), or None.
     """
@@ -91,7 +92,7 @@ class PairDecoder(Operation):
         augment: PairAugment | None,
         clock: np.ndarray,
         page_shift: np.uint64,
-        plan: StagePlan | None = None,
+        placement: OpPlacement | None = None,
         stats: tuple[np.ndarray, dict[str, str | None]] | None = None,
     ):
         super().__init__()
@@ -100,8 +101,8 @@ class PairDecoder(Operation):
             _FieldOutput(schema.spec(n), layouts.get(n), augment) for n in schema.IMAGE_FIELDS
         ]
         self.fused = None
-        if augment is not None and plan is not None and plan.fused:
-            self.fused = fused_config(augment, schema, plan, clock, stats)
+        if augment is not None and placement is not None and placement.fused:
+            self.fused = fused_config(augment, schema, placement, clock, stats)
             for out, shape in zip(self.fields, self.fused.shapes):
                 out.out_shape, out.dtype = shape, self.fused.dtype
         geometric = augment is not None and augment.has_geometry and not augment.resizes

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..augment.config import ImageLayout, PairAugment
-from ..augment.plan import StagePlan
+from ..augment.config import ImageAxes, PairAugment
+from ..augment.placement import OpPlacement
 from ..format.schema import PairSchema
 from ..kernels.decode import FieldPlan
 from ..kernels.fused import FusedOps
@@ -65,7 +65,7 @@ def _no_stats() -> np.ndarray:
 
 
 def _stats_use(
-    augment: PairAugment, layouts: dict[str, ImageLayout], stored: dict[str, str | None]
+    augment: PairAugment, layouts: dict[str, ImageAxes], stored: dict[str, str | None]
 ) -> np.ndarray:
     """Whether each field's contrast mean may come from its stored statistics: contrast
     is on, the geometry moves every pixel without dropping or adding any (flips, quarter
@@ -82,7 +82,7 @@ def _stats_use(
 def fused_config(
     augment: PairAugment,
     schema: PairSchema,
-    plan: StagePlan,
+    placement: OpPlacement,
     clock: np.ndarray,
     stats: tuple[np.ndarray, dict[str, str | None]] | None = None,
 ) -> FusedConfig:
@@ -94,7 +94,7 @@ def fused_config(
     records, stored = (_no_stats(), {}) if stats is None else stats
     plans = [FieldPlan(lay.planes, lay.height, lay.width, lay.pixel) for lay in (a, b)]
     fills = np.full((2, max(a.pixel, b.pixel)), augment.fill, dtype=np.float64)
-    kind, dtype = _KINDS[plan.output_dtype]
+    kind, dtype = _KINDS[placement.output_dtype]
     ops = FusedOps(
         photometric=augment.has_photometric,
         kind=kind,

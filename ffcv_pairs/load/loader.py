@@ -33,13 +33,13 @@ from ..augment.config import PairAugment
 from ..format.integrity import load_stats, open_beton
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
-from .config import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, options_doc
 from .delivery.engines import CopyEngine, CudaEngine
 from .delivery.stage import DeviceStage
 from .devices import resolve_device
 from .elastic import EpochPosition, batches_in, plan_order, resume_epoch
 from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
+from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, options_doc
 from .order import OrderKind, OrderSpec, PairTraversalOrder
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .prefetch import prefetch_mode

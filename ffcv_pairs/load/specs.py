@@ -11,7 +11,7 @@ from ffcv.transforms import ToTensor
 
 from ..augment.config import PairAugment
 from ..augment.ops import cpu_ops, device_ops
-from ..augment.plan import stage_plan
+from ..augment.placement import place_ops
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
 from .decoders import LabelDecoder, PairDecoder, TakeField
@@ -43,16 +43,16 @@ def pair_specs(
     """
     schema = reader.schema
     b_ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
-    plan = stage_plan(augment, schema, on_cpu=on_cpu)
-    decoder = PairDecoder(schema, b_ptrs, augment, clock, reader.page_shift, plan, stats)
+    placement = place_ops(augment, schema, on_cpu=on_cpu)
+    decoder = PairDecoder(schema, b_ptrs, augment, clock, reader.page_shift, placement, stats)
     specs: dict[str, PipelineSpec] = {}
     finishers: list[list[Finisher]] = []
     for index, name in enumerate(PairSchema.IMAGE_FIELDS):
         out = decoder.fields[index]
-        after = device_ops(augment, name, schema, plan) if augment else []
+        after = device_ops(augment, name, schema, placement) if augment else []
         ops = [
             TakeField(index, out.out_shape, out.dtype),
-            *(cpu_ops(augment, name, schema, clock, plan) if augment else []),
+            *(cpu_ops(augment, name, schema, clock, placement) if augment else []),
             ToTensor(),
             *(after if on_cpu else []),
         ]

@@ -1,6 +1,6 @@
 """Where each op of a :class:`~ffcv_pairs.augment.config.PairAugment` runs.
 
-* **uint8 A and B of one layout** (the common case): every CPU op is fused into the decoder
+* **uint8 A and B of the same axes** (the common case): every CPU op is fused into the decoder
   (:mod:`ffcv_pairs.kernels.fused`): geometry including the resized crop, read
   straight from the page cache, then brightness, contrast and noise, then, on the
   CPU path (``device`` is the CPU), normalisation and the output dtype, in the
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from ..format.schema import PairSchema
 from .config import PairAugment
 
-__all__ = ["StagePlan", "stage_plan"]
+__all__ = ["OpPlacement", "place_ops"]
 
 
 @dataclass(frozen=True)
-class StagePlan:
+class OpPlacement:
     """What the decoder does for one loader.
 
     Attributes:
@@ -41,17 +41,17 @@ def _converts(augment: PairAugment, stored: str) -> bool:
     return augment.normalize_mean is not None or augment.resolved_out_dtype(stored) != stored
 
 
-def stage_plan(augment: PairAugment | None, schema: PairSchema, on_cpu: bool) -> StagePlan:
-    """The :class:`StagePlan` of ``augment`` on files of ``schema``; ``on_cpu``: batches stay
+def place_ops(augment: PairAugment | None, schema: PairSchema, on_cpu: bool) -> OpPlacement:
+    """The :class:`OpPlacement` of ``augment`` on files of ``schema``; ``on_cpu``: batches stay
     on the CPU (no device stage)."""
     dtypes = {schema.spec(name).dtype for name in schema.IMAGE_FIELDS}
     stored = dtypes.pop() if len(dtypes) == 1 else ""
     if augment is None or stored != "uint8":
-        return StagePlan(False, stored or "mixed", False)
+        return OpPlacement(False, stored or "mixed", False)
     a, b = (augment.layouts(schema)[name] for name in schema.IMAGE_FIELDS)
     if a != b:  # the fused kernel shares one output layout between A and B
-        return StagePlan(False, stored, False)
+        return OpPlacement(False, stored, False)
     cpu_output = on_cpu and _converts(augment, stored)
     fused = augment.resizes or augment.has_photometric or cpu_output
     output = augment.resolved_out_dtype(stored) if cpu_output else stored
-    return StagePlan(fused, output, cpu_output)
+    return OpPlacement(fused, output, cpu_output)

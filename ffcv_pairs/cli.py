@@ -1,7 +1,11 @@
 """Command-line fronts: write, inspect and verify `.beton` files.
 
-Commands::
+Commands (``ffcv-pairs`` is installed by ``pip install``; ``python -m ffcv_pairs`` is the
+same)::
 
+    ffcv-pairs write data/pt out --split train --split val --workers 2
+    ffcv-pairs inspect out/train.beton --preview 8 --out preview.png
+    ffcv-pairs verify out/train.beton --against data/pt --samples 100
     python writers/write_beton.py data/pt out --split train --split val --workers 2
     python writers/write_beton.py --config configs/write.yaml --limit 1000
     python -m ffcv_pairs write data/pt out --split train --layout batched --limit 1000
@@ -23,6 +27,7 @@ no ``--against`` was given.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -61,7 +66,7 @@ def _guard(run: Callable[[], int]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:
-        print(f"error: {e or 'interrupted'}", file=sys.stderr)
+        print(f"error: {str(e) or 'interrupted by Ctrl-C'}", file=sys.stderr)
         return 128 + signal.SIGINT
 
 
@@ -287,8 +292,9 @@ def write_main(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m ffcv_pairs``."""
-    p = argparse.ArgumentParser(prog="python -m ffcv_pairs")
+    """Entry point of ``ffcv-pairs`` (installed by pip) and ``python -m ffcv_pairs``."""
+    named = os.path.basename(sys.argv[0]) == "ffcv-pairs"
+    p = argparse.ArgumentParser(prog="ffcv-pairs" if named else "python -m ffcv_pairs")
     sub = p.add_subparsers(dest="command", required=True)
     _add_write_args(sub.add_parser("write", help="convert .pt pairs into .beton files"))
     _add_inspect_args(sub.add_parser("inspect", help="header, fields, labels, preview"))

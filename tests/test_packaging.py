@@ -41,10 +41,49 @@ def test_environment_yml_pins_match_pyproject() -> None:
     assert "-e .[dev,demo,bench]" in env["dependencies"][-1]["pip"]
 
 
-def test_readme_names_the_two_commands() -> None:
-    readme = (REPO / "README.md").read_text()
-    assert "make demo" in readme and "make test" in readme
+def _readme_commands() -> list[str]:
+    """The command lines of the README's shell blocks."""
+    blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    lines = [line.split("#")[0].strip() for b in blocks for line in b.splitlines()]
+    return [line for line in lines if line]
+
+
+def test_every_command_the_readme_shows_exists() -> None:
+    """``make X`` is a Makefile target, ``python -m M`` a module, ``ffcv-pairs SUB`` a
+    subcommand and ``python some/file.py`` a file; the first block is the two commands."""
+    import importlib.util
+
+    from ffcv_pairs.cli import main
+
+    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+    commands = _readme_commands()
+    assert commands[:2] == ["make demo", "make test"], commands[:2]
+    for line in commands:
+        words = line.split()
+        if words[0] == "make":
+            assert words[1] in targets, line
+        elif words[:2] == ["python", "-m"] or words[1:3] == ["python", "-m"]:
+            module = words[words.index("-m") + 1]
+            assert importlib.util.find_spec(module) is not None, line
+        elif words[0] == "ffcv-pairs":
+            with pytest.raises(SystemExit) as e:
+                main([words[1], "--help"])
+            assert e.value.code == 0, line
+        elif words[0] == "python" and words[1].endswith(".py"):
+            assert (REPO / words[1]).is_file(), line
     assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_pip_installs_the_ffcv_pairs_command() -> None:
+    import subprocess
+    import sys
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["scripts"] == {"ffcv-pairs": "ffcv_pairs.cli:main"}
+    command = Path(sys.executable).with_name("ffcv-pairs")
+    assert command.exists(), f"{command}: not installed (pip install -e . makes it)"
+    proc = subprocess.run([command, "verify", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: ffcv-pairs verify")
 
 
 UPSTREAM_IMPORT = """

@@ -258,7 +258,7 @@ def test_abandoned_epochs_leave_no_threads(beton: Path) -> None:
 
 
 def test_prefetch_rejects_negative(beton: Path) -> None:
-    with pytest.raises(ValueError, match="prefetch must be non-negative"):
+    with pytest.raises(ValueError, match="prefetch must be between 0 and"):
         _loader(beton, "random", -1)
 
 

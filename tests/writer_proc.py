@@ -3,13 +3,16 @@
 Forking the test process skips the seconds a fresh interpreter spends importing
 torch, numba and ffcv. The child gets its own session (so signals reach only it
 and its workers), its own environment (the test hook) and a log file for stdout
-and stderr.
+and stderr. :func:`start_script` runs ``writers/write_beton.py`` itself in a child
+that starts with the signal handlers of a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import runpy
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -18,6 +21,8 @@ from pathlib import Path
 from ffcv_pairs.write.testhook import HOOK_DIR_ENV, HOOK_ENV
 
 WAIT_SECONDS = 120.0  # only a hang takes this long
+SCRIPT = Path(__file__).parents[1] / "writers" / "write_beton.py"
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _child(argv: list[str], env: dict[str, str], log: str) -> None:
@@ -43,6 +48,38 @@ def start_writer(
         env[HOOK_DIR_ENV] = str(hook_dir)
     proc = mp.get_context("fork").Process(target=_child, args=(list(argv), env, str(log)))
     proc.start()
+    return proc
+
+
+def _script_child(argv: list[str], log: str) -> None:
+    # What CPython sets up before running a script; SIGINT and SIGTERM stay blocked
+    # (inherited from start_script) until then, so none reaches the test's handlers.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        os.setsid()
+        out = open(log, "w", buffering=1)  # noqa: SIM115 - lives until the child exits
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        sys.stdout = sys.stderr = out
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        sys.argv = [str(SCRIPT), *argv]
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    except KeyboardInterrupt:  # uncaught: CPython dies by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def start_script(argv: Sequence[str], log: Path) -> mp.process.BaseProcess:
+    """``python writers/write_beton.py argv`` as a forked child in its own session: it
+    starts with a fresh interpreter's signal handlers (a SIGINT that the script does not
+    catch kills it by SIGINT, as CPython does) but without the seconds of imports."""
+    proc = mp.get_context("fork").Process(target=_script_child, args=(list(argv), str(log)))
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        proc.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return proc
 
 

@@ -19,12 +19,35 @@ Commands::
 
 Writes ``OUT_DIR/<split>.beton`` and its checksum sidecar ``OUT_DIR/<split>.beton.json``.
 Bad input prints one line naming the file and exits with status 2; the message says
-when ``--resume`` can continue from the kept ``.partial``.
+when ``--resume`` can continue from the kept ``.partial``. Ctrl-C and SIGTERM, at any
+moment, end it within seconds with status 130 and 143.
 """
 
+import os
+import signal
 import sys
 
-from ffcv_pairs.cli import write_main
+
+def _exit_at_once(signum: int, frame: object) -> None:
+    # Nothing is written yet. An exception raised here instead could land inside an
+    # extension module's initialisation, which aborts the interpreter (pybind11's
+    # std::terminate: SIGABRT, no message).
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    os.write(2, f"error: interrupted by {name} while starting; nothing was written\n".encode())
+    os._exit(128 + signum)
+
 
 if __name__ == "__main__":
-    sys.exit(write_main())
+    # While the imports run (seconds): SIGINT and SIGTERM exit at once with 130 and 143.
+    # Then Ctrl-C is a KeyboardInterrupt again, and the writer takes SIGTERM over.
+    default_int = signal.signal(signal.SIGINT, _exit_at_once)
+    signal.signal(signal.SIGTERM, _exit_at_once)
+    from ffcv_pairs.cli import write_main
+
+    signal.signal(signal.SIGINT, default_int)
+    try:
+        code = write_main()
+    except KeyboardInterrupt:  # outside the writer: nothing was started, or all is done
+        print("error: interrupted by Ctrl-C", file=sys.stderr)
+        code = 128 + signal.SIGINT
+    sys.exit(code)

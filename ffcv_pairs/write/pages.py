@@ -16,17 +16,17 @@ Both also write each sample's image statistics (:mod:`~ffcv_pairs.format.stats`)
 ``OUT.stats.partial``, at the sample's position, when the job has any.
 
 The job (source, layout, converter) is inherited through ``fork``, never pickled.
+Workers record each step on the job's :class:`~ffcv_pairs.write.activity.Board`, so
+that one making no progress is named for what it is doing.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
-import ctypes
 import errno
 import mmap
 import os
-import signal
+import sys
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,17 +36,18 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..format.layout import BetonLayout
-from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema
+from ..format.schema import PairSchema
 from ..format.sidecar import block_digest
 from ..format.stats import RECORD_SHAPE, field_layouts, record_offset
 from ..kernels.bytesums import STATS_FIRST, STATS_LAST, STATS_TOTAL, image_stats
+from .activity import Board, Step
 from .batched import BatchedSource
+from .convert import Converter
 from .permute import Permutation
-from .sources import PairSource, SourceError, cast_to_store, to_array, to_label
+from .sources import PairSource
 from .testhook import hook
 
 __all__ = [
-    "Converter",
     "Job",
     "TaskResult",
     "pwrite_all",
@@ -56,7 +57,6 @@ __all__ = [
     "worker_init",
 ]
 
-_PR_SET_PDEATHSIG = 1
 _STATS_KINDS: dict[str | None, int] = {
     "first": STATS_FIRST,
     "last": STATS_LAST,
@@ -70,69 +70,13 @@ def stats_kinds(schema: PairSchema) -> tuple[int, int]:
     return a, b
 
 
-class Converter:
-    """Turns raw values into arrays of the schema, naming the file on any mismatch."""
-
-    def __init__(self, store_dtype: str | None):
-        if store_dtype is not None and store_dtype not in ("uint8", "float16"):
-            raise ValueError(f"store_dtype must be None, 'uint8' or 'float16', got {store_dtype!r}")
-        self.store = store_dtype
-
-    def image(self, value: Any, where: str) -> np.ndarray:
-        return cast_to_store(to_array(value, where), self.store, where)
-
-    def infer(self, source: PairSource) -> PairSchema:
-        """The schema of sample 0, refusing what cannot be stored."""
-        raw = source.read(0)
-        specs = []
-        for value, name in zip(raw[:2], PairSchema.IMAGE_FIELDS):
-            where = source.where(0, name)
-            arr = self.image(value, where)
-            if arr.dtype.name not in SUPPORTED_DTYPES:
-                hint = " (or --store-dtype uint8 / float16)" if arr.dtype.kind in "iuf" else ""
-                raise SourceError(
-                    f"{where}: dtype {arr.dtype} is not supported; store "
-                    f"{'/'.join(SUPPORTED_DTYPES)}{hint}"
-                )
-            if arr.ndim == 0 or arr.size == 0:
-                raise SourceError(f"{where}: expected a non-empty array, got shape {arr.shape}")
-            specs.append(ArraySpec(arr.shape, arr.dtype.name))
-        to_label(raw[2], source.where(0, PairSchema.LABEL_FIELD))
-        return PairSchema(a=specs[0], b=specs[1])
-
-    def check(self, arr: np.ndarray, spec: ArraySpec, where: str, batched: bool = False) -> None:
-        shape = arr.shape[1:] if batched else arr.shape
-        if shape != spec.shape or arr.dtype != spec.np_dtype:
-            raise SourceError(
-                f"{where}: {arr.dtype}{list(shape)} differs from sample 0 "
-                f"({spec.describe()}); every sample must match"
-            )
-
-    def sample_bytes(
-        self, value: Any, spec: ArraySpec, src: PairSource, i: int, part: str
-    ) -> np.ndarray:
-        """The bytes of one image; names the file (built only then) when it does not fit."""
-        if type(value) is np.ndarray and value.dtype == spec.np_dtype and value.shape == spec.shape:
-            return value.reshape(-1).view(np.uint8)
-        where = src.where(i, part)
-        arr = self.image(value, where)
-        self.check(arr, spec, where)
-        return arr.reshape(-1).view(np.uint8)
-
-    @staticmethod
-    def label(value: Any, src: PairSource, i: int) -> int:
-        fast = type(value) is np.ndarray and value.dtype.kind in "iu" and value.size == 1
-        if fast and value.ndim <= 1:
-            return int(value.reshape(()))
-        return to_label(value, src.where(i, PairSchema.LABEL_FIELD))
-
-
 @dataclass
 class Job:
     """What a worker process needs; ``inherited_fds`` are the parent's, closed in workers.
 
     ``stats``: the image-statistics file to fill (None: none); ``stats_kinds``: how each
     field's sums are taken (``STATS_*`` of :mod:`~ffcv_pairs.kernels.bytesums`; -1: none).
+    ``board``: where workers record what they are doing (None: nowhere).
     """
 
     source: PairSource
@@ -144,6 +88,12 @@ class Job:
     inherited_fds: tuple[int, ...] = ()
     stats: Path | None = None
     stats_kinds: tuple[int, int] = (-1, -1)
+    board: Board | None = None
+
+    def doing(self, step: Step, number: int = 0) -> None:
+        """Record this worker's step on the board."""
+        if self.board is not None:
+            self.board.doing(step, number)
 
 
 class TaskResult(NamedTuple):
@@ -210,27 +160,33 @@ def _aligned_page(size: int) -> np.ndarray:
 
 
 def worker_init() -> None:
-    """In a fresh worker: default SIGTERM, no SIGINT (the parent handles Ctrl-C), die
-    with the parent, and drop the parent's file descriptors."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Not on Linux: a killed parent leaves its workers to finish their task.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    """In a fresh worker: torch on one thread, the parent's file descriptors closed, a row
+    of the activity board taken. Runs before any task, so before the source's code."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        # The worker inherits the OpenMP runtime's bookkeeping of its thread team but not
+        # the threads: the first multithreaded op (e.g. ``(t * 255).round()`` on an image
+        # of over 32k values) would wait forever for them, when the parent has run one (it
+        # reads sample 0 itself). One thread per worker also keeps N workers from running
+        # N x cores threads. PyTorch's DataLoader does the same in its workers.
+        torch.set_num_threads(1)
     job = _JOB
     if job is not None:
-        if os.getppid() != job.parent:
-            os._exit(1)  # the parent died before prctl took effect
         for fd in job.inherited_fds:
             os.close(fd)
+        if job.board is not None:
+            job.board.claim()
 
 
 def pwrite_all(fd: int, data: Any, offset: int) -> None:
-    """``os.pwrite`` that raises instead of writing less than asked."""
+    """``os.pwrite`` of every byte: a short write goes on from where it stopped, so that a
+    full disk raises its ``OSError`` (``ENOSPC``) instead of a count."""
     view = memoryview(data).cast("c")  # bytes, whatever the buffer's item type
-    written = os.pwrite(fd, view, offset)
-    if written != len(view):
-        raise OSError(f"short write: {written} of {len(view)} bytes at offset {offset}")
+    while len(view):
+        written = os.pwrite(fd, view, offset)
+        if written <= 0:
+            raise OSError(errno.EIO, f"wrote nothing of {len(view)} bytes at offset {offset}")
+        view, offset = view[written:], offset + written
 
 
 def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
@@ -241,6 +197,7 @@ def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
     k, na, sb = stop - start, schema.a.nbytes, schema.sample_bytes
     slots = buf[: k * sb].reshape(k, sb)
     a_name, b_name = schema.IMAGE_FIELDS
+    job.doing(Step.PAGE_SAMPLES, page)
     block = src.read_arrays(start, stop) if job.order is None else None
     if block is not None:
         a = conv.image(block[0], f"{src.describe()}.{a_name}[{start}:{stop}]")
@@ -264,6 +221,7 @@ def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
             todo = np.flatnonzero(~fast[1]).tolist()
         for j in todo:
             i = ids[j]
+            job.doing(Step.SAMPLE, i)
             a, b, label = src.read(i)
             slots[j, :na] = conv.sample_bytes(a, schema.a, src, i, a_name)
             slots[j, na:] = conv.sample_bytes(b, schema.b, src, i, b_name)
@@ -293,27 +251,33 @@ def _write_pages(job: Job, fd: int, bufs: list[np.ndarray], p0: int, p1: int) ->
     sb = layout.schema.sample_bytes
     done: list[tuple[int, int, bytes]] = []
     samples = 0
-    writes: collections.deque[Future[None]] = collections.deque()
+    writes: collections.deque[tuple[int, Future[None]]] = collections.deque()
     with ThreadPoolExecutor(1, thread_name_prefix="ffcv-pairs-write") as writer:
         for n, page in enumerate(range(p0, p1)):
             hook("page", page)
             if len(writes) == len(bufs):  # the oldest page's buffer is needed again
-                writes.popleft().result()
+                _written(job, *writes.popleft())
             buf = bufs[n % len(bufs)]
             labels = _gather(job, page, buf)
+            job.doing(Step.WRITE, page)
             start, _ = layout.page_samples(page)
             _write_stats(job, buf[: len(labels) * sb].reshape(len(labels), sb), start)
-            writes.append(
-                writer.submit(_write_page, fd, buf, layout.data_start + page * layout.page_size)
-            )
+            at = layout.data_start + page * layout.page_size
+            writes.append((page, writer.submit(_write_page, fd, buf, at)))
             rows = layout.metadata_rows(start, labels)
             pwrite_all(fd, rows, layout.metadata_start + start * rows.itemsize)
             d = block_digest(buf.data)
             done.append((page, d.crc32, d.sha256))
             samples += len(labels)
-        for w in writes:
-            w.result()
+        for page, w in writes:
+            _written(job, page, w)
     return TaskResult(samples, done, (0, 0))
+
+
+def _written(job: Job, page: int, write: Future[None]) -> None:
+    """Wait for the helper thread's write of ``page``."""
+    job.doing(Step.WRITE, page)
+    write.result()
 
 
 def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult:
@@ -329,6 +293,7 @@ def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult
     done: list[tuple[int, int, bytes]] = []
 
     def flush(page: int, lo: int, hi: int) -> None:
+        job.doing(Step.WRITE, page)
         start, stop = layout.page_samples(page)
         at = layout.data_start + page * layout.page_size
         if job.order is None and start >= s0 and stop <= s1:  # ours alone: write, digest
@@ -344,6 +309,7 @@ def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult
 
     page, lo, hi = -1, 0, 0
     for k in range(k0, k1):
+        job.doing(Step.BATCH_FILE, k)
         data = src.read_file(k)
         base = int(src.offsets[k])
         count = min(len(data), n - base)
@@ -380,11 +346,14 @@ def run_task(task: tuple[str, int, int]) -> TaskResult:
         _PAGES = [_aligned_page(job.layout.page_size) for _ in range(2)]
     kind, lo, hi = task
     before = job.source.read_stats()
-    if kind == "pages":
-        result = _write_pages(job, _FD, _PAGES, lo, hi)
-    else:
-        assert isinstance(job.source, BatchedSource)
-        hook("page", int(job.source.offsets[lo]) // job.layout.samples_per_page)
-        result = _scatter(job, _FD, _PAGES[0], lo, hi)
+    try:
+        if kind == "pages":
+            result = _write_pages(job, _FD, _PAGES, lo, hi)
+        else:
+            assert isinstance(job.source, BatchedSource)
+            hook("page", int(job.source.offsets[lo]) // job.layout.samples_per_page)
+            result = _scatter(job, _FD, _PAGES[0], lo, hi)
+    finally:
+        job.doing(Step.IDLE)
     after = job.source.read_stats()
     return result._replace(reads=(after[0] - before[0], after[1] - before[1]))

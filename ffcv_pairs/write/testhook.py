@@ -6,6 +6,7 @@ tests) a hook costs one dictionary lookup. ``@<n>`` fires once the counter passe
 by the writer reaches ``n``.
 
 Points (counter):
+    ``start`` (the journal holds the fingerprint; nothing else is written yet),
     ``page`` (a worker about to write data page n, or the first page of a batch
     file range), ``journal`` (the journal holds n finished pages), ``finish`` (the
     header is written), ``rename`` (``OUT.partial`` is renamed to ``OUT``, the

@@ -31,9 +31,11 @@ from typing import Any, Literal
 from .._version import __version__
 from ..format.layout import BetonLayout, field_descriptors
 from ..format.schema import PairSchema
-from ..format.sidecar import Manifest, block_digest
+from ..format.sidecar import Manifest
 from ..format.stats import stats_entry
+from .activity import Board, step_words
 from .batched import BatchedSource
+from .convert import Converter
 from .finish import (
     Outputs,
     complete_renames,
@@ -43,19 +45,22 @@ from .finish import (
     up_to_date,
 )
 from .journal import Journal, journal_path, what_changed
-from .pages import Converter, Job, TaskResult, run_task, set_job, stats_kinds, worker_init
+from .pages import Job, run_task, set_job, stats_kinds, worker_init
 from .permute import PERMUTATION, Permutation
-from .plan import Plan, make_plan
+from .plan import make_plan
 from .pool import WriteError, WriteInterrupted, run_tasks, signals_as_exceptions
 from .sources import PairSource, SourceError, as_source
-from .testhook import active, hook
+from .space import allocated, disk_full, no_space
+from .testhook import hook
+from .tracker import PageTracker
 
-__all__ = ["DEFAULT_PAGE_SIZE", "JOURNAL_SECONDS", "StoreDtype", "WriteReport", "write_pairs"]
+__all__ = ["DEFAULT_PAGE_SIZE", "STALL_SECONDS", "StoreDtype", "WriteReport", "write_pairs"]
 
 #: Same as upstream's default (4 x 2 MiB).
 DEFAULT_PAGE_SIZE = 8 << 20
-#: Finished pages are made durable and journaled in batches, at most this far apart.
-JOURNAL_SECONDS = 1.0
+#: A conversion in which no worker has gone on to its next step (a sample, a page, a
+#: batch file) for this long stops, naming what each busy worker is doing.
+STALL_SECONDS = 600.0
 StoreDtype = Literal["uint8", "float16"]
 
 
@@ -107,57 +112,6 @@ class WriteReport:
         return "; ".join([*parts, f"checksums in {self.manifest}"])
 
 
-class _Tracker:
-    """The parent's side of the page phase: digests, journal batches, progress."""
-
-    def __init__(self, journal: Journal, fd: int, plan: Plan, done: dict[int, tuple[int, bytes]]):
-        self.journal, self.fd, self.plan = journal, fd, plan
-        self.stats_fd: int | None = None  # fsynced before pages are journaled
-        self.digests = dict(done)
-        self.pending: list[tuple[int, int, bytes]] = []
-        self.reads = [0, 0]
-        self.samples = 0
-        self.every = 0.0 if active() else JOURNAL_SECONDS
-        self.last = time.monotonic()
-        self.bar: Any = None
-        self.page_size = 0
-        self.data_start = 0
-
-    def _add(self, page: int, crc: int, sha: bytes) -> None:
-        if page in self.digests:
-            if self.digests[page] != (crc, sha):
-                raise SourceError(
-                    f"data page {page} came out different from the one written before the "
-                    f"interruption: the source changed; rerun without --resume to start over"
-                )
-            return
-        self.digests[page] = (crc, sha)
-        self.pending.append((page, crc, sha))
-
-    def on_done(self, index: int, result: TaskResult) -> None:
-        for page, crc, sha in result.pages:
-            self._add(page, crc, sha)
-        for page in self.plan.task_done(index):
-            at = self.data_start + page * self.page_size
-            d = block_digest(os.pread(self.fd, self.page_size, at))
-            self._add(page, d.crc32, d.sha256)
-        self.reads[0] += result.reads[0]
-        self.reads[1] += result.reads[1]
-        self.samples += result.samples
-        if self.bar is not None:
-            self.bar.update(result.samples)
-        if time.monotonic() - self.last >= self.every:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.stats_fd is not None and self.pending:
-            os.fsync(self.stats_fd)
-        self.journal.commit(self.fd, self.pending)
-        self.pending = []
-        self.last = time.monotonic()
-        hook("journal", len(self.digests))
-
-
 @dataclass
 class _Conversion:
     """One call of :func:`write_pairs` once its arguments are checked."""
@@ -173,7 +127,7 @@ class _Conversion:
     progress: bool
     t0: float
 
-    def report(self, tracker: _Tracker | None, page_seconds: float, kept: int) -> WriteReport:
+    def report(self, tracker: PageTracker | None, page_seconds: float, kept: int) -> WriteReport:
         reads = tracker.reads if tracker is not None else [0, 0]
         return WriteReport(
             path=self.files.out,
@@ -218,44 +172,46 @@ class _Conversion:
         if done is None:
             self.journal.remove()
             return self.report(None, 0.0, layout.num_pages)
-        if not done:
-            self.journal.start(self.fingerprint)
-        fd = os.open(files.partial, os.O_RDWR | os.O_CREAT, 0o644)
-        stats_fd = open_stats_partial(files, layout, bool(done))
-        try:
+        plan = make_plan(self.src, layout, self.order, set(done), self.workers)
+        tracker = PageTracker(self.journal, -1, layout, plan, done)
+        try:  # from the first byte written on, a failure says what was kept
             if not done:
-                os.ftruncate(fd, 0)
-                os.ftruncate(fd, layout.file_size)
+                self.journal.start(self.fingerprint)
+            hook("start")
+            tracker.fd = os.open(files.partial, os.O_RDWR | os.O_CREAT, 0o644)
+            tracker.stats_fd = open_stats_partial(files, layout, bool(done))
+            if not done:
+                os.ftruncate(tracker.fd, 0)
+                os.ftruncate(tracker.fd, layout.file_size)
             descriptors = field_descriptors(layout.fields)
-            os.pwrite(fd, descriptors.tobytes(), layout.metadata_start - descriptors.nbytes)
+            os.pwrite(tracker.fd, descriptors.tobytes(), layout.metadata_start - descriptors.nbytes)
             fsync_dir(files.out)
             t_pages = time.perf_counter()
-            tracker = self._pages(fd, done, stats_fd)
+            self._pages(tracker)
             page_seconds = time.perf_counter() - t_pages
-            manifest = self._manifest(stats_fd is not None)
-            try:
-                finish_file(fd, files, layout, manifest, tracker.digests, stats_fd)
-            except BaseException as e:
-                raise self._failed(e, tracker) from None
+            manifest = self._manifest(tracker.stats_fd is not None)
+            finish_file(tracker.fd, files, layout, manifest, tracker.digests, tracker.stats_fd)
+        except BaseException as e:
+            raise self._failed(e, tracker) from None
         finally:
-            os.close(fd)
-            if stats_fd is not None:
-                os.close(stats_fd)
+            for fd in (tracker.fd, tracker.stats_fd):
+                if fd is not None and fd >= 0:
+                    os.close(fd)
         self.journal.remove()
         return self.report(tracker, page_seconds, len(done))
 
-    def _pages(self, fd: int, done: dict[int, tuple[int, bytes]], stats_fd: int | None) -> _Tracker:
+    def _pages(self, tracker: PageTracker) -> None:
         from tqdm import tqdm
 
-        plan = make_plan(self.src, self.layout, self.order, set(done), self.workers)
-        tracker = _Tracker(self.journal, fd, plan, done)
-        tracker.page_size, tracker.data_start = self.layout.page_size, self.layout.data_start
-        tracker.stats_fd = stats_fd
-        n = self.layout.num_samples
+        plan, stats_fd, n = tracker.plan, tracker.stats_fd, self.layout.num_samples
         job = Job(self.src, self.layout, self.conv, self.files.partial, self.order)
-        job.inherited_fds = (self.journal.fd, fd) + (() if stats_fd is None else (stats_fd,))
+        job.inherited_fds = (self.journal.fd, tracker.fd)
         if stats_fd is not None:
+            job.inherited_fds += (stats_fd,)
             job.stats, job.stats_kinds = self.files.stats_partial, stats_kinds(self.layout.schema)
+        workers = min(self.workers, len(plan.tasks))
+        if workers > 1:
+            job.board = Board(workers, step_words(self.src, self.layout, self.files.partial))
         set_job(job)
         try:
             with tqdm(
@@ -267,43 +223,58 @@ class _Conversion:
                 desc=self.files.out.name,
                 dynamic_ncols=True,
             ) as tracker.bar:
-                workers = min(self.workers, len(plan.tasks))
-                run_tasks(run_task, plan.tasks, workers, tracker.on_done, initializer=worker_init)
+                run_tasks(
+                    run_task,
+                    plan.tasks,
+                    workers,
+                    tracker.on_done,
+                    initializer=worker_init,
+                    stall_seconds=STALL_SECONDS,
+                    watch=job.board,
+                )
             tracker.flush()
-        except BaseException as e:
-            raise self._failed(e, tracker) from None
         finally:
             set_job(None)
-        return tracker
 
-    def _failed(self, e: BaseException, tracker: _Tracker) -> BaseException:
-        """The error to raise after the page phase failed, saying what was kept."""
+    def _failed(self, e: BaseException, tracker: PageTracker) -> BaseException:
+        """The error to raise after the conversion failed, saying what was kept."""
         try:
             tracker.flush()
             kept = len(tracker.digests)
         except (OSError, SourceError):  # the journal holds what it held before
             kept = len(tracker.digests) - len(tracker.pending)
-        out, partial = self.files.out, self.files.partial
-        if kept:
-            note = (
-                f"{partial.name} kept with {kept} of {self.layout.num_pages} "
-                f"pages written: rerun with --resume to continue"
-            )
-        else:
-            partial.unlink(missing_ok=True)
-            self.files.stats_partial.unlink(missing_ok=True)
-            self.journal.remove()
-            note = "nothing was kept"
+        out = self.files.out
+        if no_space(e):
+            missing = self.layout.file_size - allocated(self.files.partial)
+            return WriteError(f"{disk_full(out, missing)}; {self._kept(kept, room=True)}")
+        note = self._kept(kept)
         if isinstance(e, KeyboardInterrupt):  # stays a KeyboardInterrupt for callers
             return KeyboardInterrupt(f"{out}: interrupted by Ctrl-C; {note}")
         if isinstance(e, WriteInterrupted):
             name = signal.Signals(e.signum).name
             return WriteInterrupted(e.signum, f"{out}: interrupted by {name}; {note}")
-        if isinstance(e, WriteError):
+        if isinstance(e, WriteError | OSError):
             return WriteError(f"{out}: {e}; {note}")
         if isinstance(e, SourceError):
             return SourceError(f"{e} ({note})")
         return e
+
+    def _kept(self, kept: int, room: bool = False) -> str:
+        """What is left for ``--resume`` and what to do (once there is ``room`` on the disk);
+        removes a ``.partial`` that holds no journaled page."""
+        files = self.files
+        then = "once there is room" if room else "to continue"
+        if not files.partial.exists() and files.out.exists():  # renamed: the rest is quick
+            return (
+                f"{files.out.name} is in place but not yet its sidecar: rerun with --resume {then}"
+            )
+        if kept:
+            pages = f"{kept} of {self.layout.num_pages} pages"
+            return f"{files.partial.name} kept with {pages} written: rerun with --resume {then}"
+        files.partial.unlink(missing_ok=True)
+        files.stats_partial.unlink(missing_ok=True)
+        self.journal.remove()
+        return "nothing was kept: rerun once there is room" if room else "nothing was kept"
 
     def _manifest(self, with_stats: bool) -> Manifest:
         layout = self.layout
@@ -358,8 +329,11 @@ def write_pairs(
     Raises:
         SourceError: bad input, a changed source on resume, or another writer on
             ``path``; the message names the file or index.
-        WriteError: a worker died or hung; WriteInterrupted: SIGTERM; KeyboardInterrupt:
-            Ctrl-C. Each says whether ``resume=True`` can continue.
+        WriteError: a worker died; no worker went on to its next step (a sample, a
+            page, a batch file) for :data:`STALL_SECONDS`, and the message says what
+            each was doing; the disk is full, and it says how much is free; another
+            ``OSError``. WriteInterrupted: SIGTERM; KeyboardInterrupt: Ctrl-C. Each says
+            whether ``resume=True`` can continue.
         ValueError: a bad argument.
     """
     t0 = time.perf_counter()
@@ -386,13 +360,23 @@ def write_pairs(
         "shuffle seed": shuffle_seed,
     }
     files = Outputs.of(Path(path))
-    files.out.parent.mkdir(parents=True, exist_ok=True)
     with signals_as_exceptions():
-        journal = Journal.acquire(journal_path(files.out), files.out)
         try:
-            conversion = _Conversion(
-                src, layout, conv, order, files, journal, fingerprint, workers, progress, t0
-            )
-            return conversion.run(resume)
-        finally:
-            journal.close()
+            files.out.parent.mkdir(parents=True, exist_ok=True)
+            journal = Journal.acquire(journal_path(files.out), files.out)
+            try:
+                conversion = _Conversion(
+                    src, layout, conv, order, files, journal, fingerprint, workers, progress, t0
+                )
+                return conversion.run(resume)
+            except BaseException:
+                if os.fstat(journal.fd).st_size == 0:  # made by this call, never started
+                    journal.remove()
+                raise
+            finally:
+                journal.close()
+        except OSError as e:  # before any page: the rest says what was kept
+            if not no_space(e):
+                raise
+            message = disk_full(files.out, layout.file_size)
+            raise WriteError(f"{message}; nothing was written: rerun once there is room") from None

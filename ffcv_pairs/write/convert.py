@@ -1,0 +1,70 @@
+"""Raw source values to arrays of the schema: sample 0 sets the schema, every other sample
+must match it, and a store dtype is applied only where no value changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema
+from .sources import PairSource, SourceError, cast_to_store, to_array, to_label
+
+__all__ = ["Converter"]
+
+
+class Converter:
+    """Turns raw values into arrays of the schema, naming the file on any mismatch."""
+
+    def __init__(self, store_dtype: str | None):
+        if store_dtype is not None and store_dtype not in ("uint8", "float16"):
+            raise ValueError(f"store_dtype must be None, 'uint8' or 'float16', got {store_dtype!r}")
+        self.store = store_dtype
+
+    def image(self, value: Any, where: str) -> np.ndarray:
+        return cast_to_store(to_array(value, where), self.store, where)
+
+    def infer(self, source: PairSource) -> PairSchema:
+        """The schema of sample 0, refusing what cannot be stored."""
+        raw = source.read(0)
+        specs = []
+        for value, name in zip(raw[:2], PairSchema.IMAGE_FIELDS):
+            where = source.where(0, name)
+            arr = self.image(value, where)
+            if arr.dtype.name not in SUPPORTED_DTYPES:
+                hint = " (or --store-dtype uint8 / float16)" if arr.dtype.kind in "iuf" else ""
+                raise SourceError(
+                    f"{where}: dtype {arr.dtype} is not supported; store "
+                    f"{'/'.join(SUPPORTED_DTYPES)}{hint}"
+                )
+            if arr.ndim == 0 or arr.size == 0:
+                raise SourceError(f"{where}: expected a non-empty array, got shape {arr.shape}")
+            specs.append(ArraySpec(arr.shape, arr.dtype.name))
+        to_label(raw[2], source.where(0, PairSchema.LABEL_FIELD))
+        return PairSchema(a=specs[0], b=specs[1])
+
+    def check(self, arr: np.ndarray, spec: ArraySpec, where: str, batched: bool = False) -> None:
+        shape = arr.shape[1:] if batched else arr.shape
+        if shape != spec.shape or arr.dtype != spec.np_dtype:
+            raise SourceError(
+                f"{where}: {arr.dtype}{list(shape)} differs from sample 0 "
+                f"({spec.describe()}); every sample must match"
+            )
+
+    def sample_bytes(
+        self, value: Any, spec: ArraySpec, src: PairSource, i: int, part: str
+    ) -> np.ndarray:
+        """The bytes of one image; names the file (built only then) when it does not fit."""
+        if type(value) is np.ndarray and value.dtype == spec.np_dtype and value.shape == spec.shape:
+            return value.reshape(-1).view(np.uint8)
+        where = src.where(i, part)
+        arr = self.image(value, where)
+        self.check(arr, spec, where)
+        return arr.reshape(-1).view(np.uint8)
+
+    @staticmethod
+    def label(value: Any, src: PairSource, i: int) -> int:
+        fast = type(value) is np.ndarray and value.dtype.kind in "iu" and value.size == 1
+        if fast and value.ndim <= 1:
+            return int(value.reshape(()))
+        return to_label(value, src.where(i, PairSchema.LABEL_FIELD))

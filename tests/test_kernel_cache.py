@@ -15,6 +15,16 @@ from ffcv_pairs.kernels import _cache
 
 PACKAGE = Path(ffcv_pairs.__file__).parent
 
+
+def _copy_kernels(root: Path) -> Path:
+    """The package under ``root``, its ``__init__`` emptied: the probes import kernels only
+    (which import nothing else of the package), so a probe skips torch and ffcv (seconds)."""
+    copy = root / "ffcv_pairs"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "__init__.py").write_text("")
+    return copy
+
+
 # geometry_params (geometry.py) inlines the hash from hashing.py.
 PROBE = """
 import json, numpy as np
@@ -36,8 +46,7 @@ def _probe(root: Path) -> dict:
 
 
 def test_a_change_in_another_kernel_file_recompiles_its_callers(tmp_path: Path) -> None:
-    copy = tmp_path / "ffcv_pairs"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    copy = _copy_kernels(tmp_path)
     first = _probe(tmp_path)
     again = _probe(tmp_path)
     assert first["hits"] == 0 and again["hits"] == 1, (first, again)  # the cache is used
@@ -59,3 +68,58 @@ def test_the_digest_covers_every_kernel_source(tmp_path: Path) -> None:
     assert _cache.kernel_sources_digest(tmp_path) != before
     (tmp_path / "c.py").write_text("")
     assert len({before, _cache.kernel_sources_digest(tmp_path)}) == 2
+
+
+# A kernel of the copied package that calls an intrinsic-or-twin (fill_gap) and freezes
+# the setting of the process that compiled it: served from the cache to a process of the
+# other setting, it would say so.
+TWIN_PROBE_MODULE = """
+import numba as nb, numpy as np
+from .bytemoves import fill_gap
+from .twins import PLAIN
+
+
+@nb.njit(cache=True)
+def probe(dst):
+    fill_gap(dst, 0, np.uint8(1), 3)
+    return PLAIN
+"""
+
+TWIN_PROBE = """
+import json, numpy as np
+from ffcv_pairs.kernels import twins
+from ffcv_pairs.kernels._twin_probe import probe
+dst = np.zeros(16, np.uint8)
+compiled_plain = bool(probe(dst))
+print(json.dumps({"plain": twins.PLAIN, "compiled_plain": compiled_plain,
+                  "bytes": dst.tolist(), "hits": sum(probe.stats.cache_hits.values())}))
+"""
+
+
+def _twin_probe(root: Path, cache: Path, plain: bool) -> dict:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "NUMBA_CACHE_DIR": str(cache),
+        "FFCV_PAIRS_PLAIN_KERNELS": "1" if plain else "0",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", TWIN_PROBE], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_cache_keeps_intrinsic_and_plain_kernels_apart(tmp_path: Path) -> None:
+    """Two settings, one NUMBA_CACHE_DIR: each process compiles or loads its own kind, and
+    the kinds are cached side by side (a run of one does not evict the other)."""
+    copy = _copy_kernels(tmp_path)
+    (copy / "kernels" / "_twin_probe.py").write_text(TWIN_PROBE_MODULE)
+    cache = tmp_path / "numba-cache"
+    runs = [(plain, _twin_probe(tmp_path, cache, plain)) for plain in (False, True, False, True)]
+    for i, (plain, run) in enumerate(runs):
+        assert run["plain"] is plain and run["compiled_plain"] is plain, (i, run)
+        assert run["hits"] == (1 if i >= 2 else 0), (i, run)  # compiled once, then loaded
+        assert run["bytes"] == [1, 1, 1] + [0] * 13, (i, run)
+    index = sorted(p.name for p in cache.rglob("_twin_probe.probe-*.nbi"))
+    assert len(index) == 2 and "-intrinsic." in index[0] and "-plain." in index[1], index

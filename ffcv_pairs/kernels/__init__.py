@@ -4,10 +4,16 @@
 it), ``bytemoves`` (inline LLVM row moves),
 ``bytesums`` (64-byte sums), ``floatbits`` (float16/bfloat16 bits), ``geometry``
 (one sample's draw), ``planes`` (moving one plane), ``decode`` (A and B of a
-batch from the mapping), ``resize`` (separable bilinear), ``photometric`` (the
-definitions), ``noise`` (the counter stream), ``pixels`` (photometric and output
-in one pass) and ``fused`` (every CPU op of a uint8 batch). Every kernel is
-cached on disk, keyed on all of these sources (see ``_cache``).
+batch from the mapping), ``resize`` (separable bilinear) with ``lanes`` (its
+eight-value vector steps), ``photometric`` (the definitions), ``noise`` (the
+counter stream), ``pixels`` (photometric and output in one pass) and ``fused``
+(every CPU op of a uint8 batch). Every kernel is cached on disk, keyed on all of
+these sources (see ``_cache``).
+
+The twelve hand-written LLVM intrinsics (``lanes``, ``bytemoves``, ``bytesums``,
+``floatbits``; ``llvmir`` holds their IR helpers) each have a plain-numba twin of
+the same contract, and ``FFCV_PAIRS_PLAIN_KERNELS=1`` runs the twins everywhere
+(see ``twins``).
 """
 
 from . import _cache  # noqa: F401  (first: the cache locators must be in place before any @njit)

@@ -1,4 +1,5 @@
-"""numba's on-disk cache, keyed on every kernel source a function can call.
+"""numba's on-disk cache, keyed on every kernel source a function can call and on the
+kind of kernels (LLVM intrinsics or plain twins, see ``twins``).
 
 numba stamps a cached kernel with its own file only. Kernels here call
 functions in other files (the byte moves, the hash), and numba inlines them,
@@ -7,16 +8,25 @@ stale. The locators below add a digest of all ``kernels/*.py`` sources to the
 stamp of every cached function of this package: change any kernel source and
 every dependant recompiles. Jitted code elsewhere in the package may call
 into ``kernels/`` only, so that digest covers every cross-file call.
+
+The same source compiles to different machine code under
+``FFCV_PAIRS_PLAIN_KERNELS=1``, so the kind is in the stamp too (a kernel cached
+for the other kind is never loaded), and in the file names (``-intrinsic`` or
+``-plain`` after the line number), so both kinds stay cached side by side and a
+run of each kind, as ``make test`` does, does not evict the other's kernels.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from pathlib import Path
 from typing import Any
 
-from numba.core import caching
+from numba.core import caching, config
+
+from .twins import VARIANT
 
 __all__ = ["KERNEL_DIR", "PACKAGE_DIR", "kernel_sources_digest"]
 
@@ -51,10 +61,14 @@ def _numba(name: str) -> Any:
 
 
 def _with_kernel_stamp(base: Any) -> type:
-    """``base``, restricted to this package, with the kernel digest in its stamp."""
+    """``base``, restricted to this package, with the kernel digest and the kernel kind in
+    its stamp and the kind in its file names."""
 
     def get_source_stamp(self: Any) -> Any:
-        return (base.get_source_stamp(self), kernel_sources_digest())
+        return (base.get_source_stamp(self), kernel_sources_digest(), VARIANT)
+
+    def get_disambiguator(self: Any) -> str:
+        return f"{base.get_disambiguator(self)}-{VARIANT}"
 
     def from_function(cls: type, py_func: Any, py_file: str) -> Any:
         if not _ours(py_file):
@@ -64,10 +78,23 @@ def _with_kernel_stamp(base: Any) -> type:
     return type(
         f"KernelStamped{base.__name__}",
         (base,),
-        {"get_source_stamp": get_source_stamp, "from_function": classmethod(from_function)},
+        {
+            "get_source_stamp": get_source_stamp,
+            "get_disambiguator": get_disambiguator,
+            "from_function": classmethod(from_function),
+        },
     )
 
 
+# numba internals edited here, checked with numba 0.68.1 (llvmlite 0.50.0; the pins in
+# pyproject.toml stop at these): ``CacheImpl._locator_classes`` (private: the list numba
+# walks to find a function's cache locator, first match wins), the three locator classes
+# (public from 0.62, ``_``-prefixed before) and their methods ``from_function``,
+# ``get_source_stamp`` and ``get_disambiguator``. If a numba release renames the list or a
+# class, this import fails loudly. If it stops reading the list (or the user sets
+# NUMBA_CACHE_LOCATOR_CLASSES, which replaces it), or calls the methods differently, it fails
+# silently: kernels load stale after an edit of another kernel file, or compiled for the
+# other FFCV_PAIRS_PLAIN_KERNELS setting. tests/test_kernel_cache.py catches both.
 _LOCATORS = [
     _with_kernel_stamp(_numba(name))
     for name in ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")
@@ -75,3 +102,10 @@ _LOCATORS = [
 _CLASSES = _numba("CacheImpl")._locator_classes
 if not any(c.__name__.startswith("KernelStamped") for c in _CLASSES):
     _CLASSES[:0] = _LOCATORS
+if _REPLACED := getattr(config, "CACHE_LOCATOR_CLASSES", None):
+    warnings.warn(
+        f"NUMBA_CACHE_LOCATOR_CLASSES={_REPLACED!r} replaces ffcv_pairs' "
+        "cache locators: cached kernels may be stale, or compiled for the other "
+        "FFCV_PAIRS_PLAIN_KERNELS setting. Unset it to key the kernels as ffcv_pairs needs.",
+        stacklevel=2,
+    )

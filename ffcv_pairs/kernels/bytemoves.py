@@ -5,17 +5,42 @@ A call to ``memcpy`` (or a slice assignment) costs more than the copy at
 so rows move as 64/32/16-byte vectors with an overlapping last vector (a byte
 shuffle reverses one); long runs go to ``memcpy``. Intrinsics are inlined into
 their caller and cacheable (a ctypes ``memcpy`` is not).
+
+Each intrinsic (``*_intrinsic``) has a plain-numba twin (``*_plain``): byte loops,
+the definition the tests compare it with. The public names are bound to one kind
+at import (:func:`~ffcv_pairs.kernels.twins.pick`: ``FFCV_PAIRS_PLAIN_KERNELS=1``
+picks the twins).
 """
 
 from __future__ import annotations
 
+import numba as nb
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .llvmir import element_pointer, splat
+from .twins import pick
 
-__all__ = ["GAP", "copy_bytes", "fill_bytes", "fill_gap", "prefetch", "reverse_bytes"]
+__all__ = [
+    "GAP",
+    "copy_bytes",
+    "copy_bytes_intrinsic",
+    "copy_bytes_plain",
+    "fill_bytes",
+    "fill_bytes_intrinsic",
+    "fill_bytes_plain",
+    "fill_gap",
+    "fill_gap_intrinsic",
+    "fill_gap_plain",
+    "prefetch",
+    "prefetch_intrinsic",
+    "prefetch_plain",
+    "reverse_bytes",
+    "reverse_bytes_intrinsic",
+    "reverse_bytes_plain",
+]
 
 _VECTORS = (64, 32, 16)  # vector widths for row copies, widest first (LLVM splits them
 # into what the CPU has: one AVX-512 move per 64-byte row, four SSE moves without it)
@@ -98,7 +123,7 @@ def _run_codegen(reverse):
 
 
 @intrinsic
-def copy_bytes(typingctx, dst, d0, src, s0, n):  # pragma: no cover - JIT
+def copy_bytes_intrinsic(typingctx, dst, d0, src, s0, n):  # pragma: no cover - JIT
     """``dst[d0:d0+n] = src[s0:s0+n]`` for 1-d uint8 arrays (no overlap).
 
     Inline vector moves for row-sized runs (a call to ``memcpy``, or a
@@ -111,14 +136,14 @@ def copy_bytes(typingctx, dst, d0, src, s0, n):  # pragma: no cover - JIT
 
 
 @intrinsic
-def reverse_bytes(typingctx, dst, d0, src, s_last, n):  # pragma: no cover - JIT
+def reverse_bytes_intrinsic(typingctx, dst, d0, src, s_last, n):  # pragma: no cover - JIT
     """``dst[d0 + k] = src[s_last - k]`` for ``k < n``: a vector at a time (a byte shuffle)."""
     sig = types.void(dst, types.intp, src, types.intp, types.intp)
     return sig, _run_codegen(reverse=True)
 
 
 @intrinsic
-def fill_bytes(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
+def fill_bytes_intrinsic(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
     """``dst[d0:d0+n] = value`` for a 1-d uint8 array (``memset``: a numba byte loop with
     computed indices is not vectorised)."""
     sig = types.void(dst, types.intp, types.uint8, types.intp)
@@ -133,31 +158,48 @@ def fill_bytes(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
 
 
 @intrinsic
-def fill_gap(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
-    """``dst[d0:d0+n] = value`` for ``n <= GAP``, as one load, select and store of
-    :data:`GAP` bytes, which rewrites ``dst[d0+n : d0+GAP]`` with what is there: those
-    bytes must exist (a byte loop, or ``memset``, costs several times as much)."""
+def fill_gap_intrinsic(typingctx, dst, d0, value, n):  # pragma: no cover - JIT
+    """``dst[d0:d0+n] = value`` for ``0 <= n <= GAP``, as one load, select and store of
+    :data:`GAP` bytes, which rewrites ``dst[d0+n : d0+GAP]`` with what is there (a byte
+    loop, or ``memset``, costs several times as much). Within :data:`GAP` bytes of the end
+    of ``dst`` a byte loop writes the ``n`` bytes instead: the vector would reach past the
+    array (a fault at the end of a mapping; a race with whoever owns the bytes after it).
+    The planes kernel fills the gap at the end of every row but the last, so it always
+    takes the vector."""
     sig = types.void(dst, types.intp, types.uint8, types.intp)
 
     def codegen(context, builder, signature, args):
         dst_v, d0_v, value_v, n_v = args
-        i32, vec = ir.IntType(32), ir.VectorType(ir.IntType(8), GAP)
-        ptr = element_pointer(context, builder, signature.args[0], dst_v, d0_v, vec)
-        old = builder.load(ptr, align=1)
-        lanes = ir.Constant(ir.VectorType(i32, GAP), list(range(GAP)))
-        splat_n, splat_v = (
-            splat(builder, builder.trunc(n_v, i32), GAP),
-            splat(builder, value_v, GAP),
+        arr = context.make_array(signature.args[0])(context, builder, dst_v)
+        i32, vec, gap = (
+            ir.IntType(32),
+            ir.VectorType(ir.IntType(8), GAP),
+            ir.Constant(n_v.type, GAP),
         )
-        inside = builder.icmp_unsigned("<", lanes, splat_n)
-        builder.store(builder.select(inside, splat_v, old), ptr, align=1)
+        fits = builder.icmp_signed(">=", builder.sub(arr.nitems, d0_v), gap)
+        with builder.if_else(fits, likely=True) as (vector, bytewise):
+            with vector:
+                ptr = element_pointer(context, builder, signature.args[0], dst_v, d0_v, vec)
+                old = builder.load(ptr, align=1)
+                lanes = ir.Constant(ir.VectorType(i32, GAP), list(range(GAP)))
+                splat_n, splat_v = (
+                    splat(builder, builder.trunc(n_v, i32), GAP),
+                    splat(builder, value_v, GAP),
+                )
+                inside = builder.icmp_unsigned("<", lanes, splat_n)
+                builder.store(builder.select(inside, splat_v, old), ptr, align=1)
+            with bytewise:
+                count = builder.select(builder.icmp_signed("<", n_v, gap), n_v, gap)
+                with cgutils.for_range(builder, count) as loop:
+                    at = builder.gep(arr.data, [builder.add(d0_v, loop.index)])
+                    builder.store(value_v, at)
         return context.get_dummy_value()
 
     return sig, codegen
 
 
 @intrinsic
-def prefetch(typingctx, arr, i):  # pragma: no cover - JIT
+def prefetch_intrinsic(typingctx, arr, i):  # pragma: no cover - JIT
     """Hint the CPU to bring the cache line of ``arr[i]`` in (a read, kept in every cache
     level); no fault for any address: the resize asks for source rows it will read a few
     output rows later, so their misses overlap with the work on the rows before."""
@@ -173,3 +215,49 @@ def prefetch(typingctx, arr, i):  # pragma: no cover - JIT
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# The plain twins: byte loops, the contract of each intrinsic above in numba's own terms.
+
+
+@nb.njit(cache=True, nogil=True)
+def copy_bytes_plain(dst, d0, src, s0, n):  # pragma: no cover - JIT
+    """:func:`copy_bytes_intrinsic`'s twin, a byte at a time."""
+    for k in range(n):
+        dst[d0 + k] = src[s0 + k]
+
+
+@nb.njit(cache=True, nogil=True)
+def reverse_bytes_plain(dst, d0, src, s_last, n):  # pragma: no cover - JIT
+    """:func:`reverse_bytes_intrinsic`'s twin, a byte at a time."""
+    for k in range(n):
+        dst[d0 + k] = src[s_last - k]
+
+
+@nb.njit(cache=True, nogil=True)
+def fill_bytes_plain(dst, d0, value, n):  # pragma: no cover - JIT
+    """:func:`fill_bytes_intrinsic`'s twin, a byte at a time."""
+    v = np.uint8(value)
+    for k in range(n):
+        dst[d0 + k] = v
+
+
+@nb.njit(cache=True, nogil=True)
+def fill_gap_plain(dst, d0, value, n):  # pragma: no cover - JIT
+    """:func:`fill_gap_intrinsic`'s twin: the ``min(n, GAP)`` bytes, nothing after them."""
+    v = np.uint8(value)
+    for k in range(min(n, GAP)):
+        dst[d0 + k] = v
+
+
+@nb.njit(cache=True, nogil=True)
+def prefetch_plain(arr, i):  # pragma: no cover - JIT
+    """:func:`prefetch_intrinsic`'s twin: no hint at all (a prefetch changes no byte)."""
+    return None
+
+
+copy_bytes = pick(copy_bytes_intrinsic, copy_bytes_plain)
+reverse_bytes = pick(reverse_bytes_intrinsic, reverse_bytes_plain)
+fill_bytes = pick(fill_bytes_intrinsic, fill_bytes_plain)
+fill_gap = pick(fill_gap_intrinsic, fill_gap_plain)
+prefetch = pick(prefetch_intrinsic, prefetch_plain)

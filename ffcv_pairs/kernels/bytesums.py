@@ -5,6 +5,10 @@ per instruction); numba's own loop over ``uint8`` widens every byte to 32 bits
 first and runs at less than half that speed. The image means of the contrast op
 are sums like these: :func:`clamped_sums` gives what a brightness that clamps at 255 needs in
 one pass, and the writer's per-image statistics (:func:`image_stats`) are made of them.
+
+The two intrinsics (``*_intrinsic``) have plain-numba twins (``*_plain``), byte loops the
+tests compare them with; :func:`~ffcv_pairs.kernels.twins.pick` binds :func:`sums64` and
+:func:`channel_sums48` to one kind at import (``FFCV_PAIRS_PLAIN_KERNELS=1``: the twins).
 """
 
 from __future__ import annotations
@@ -16,8 +20,22 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .llvmir import element_pointer, splat
+from .twins import pick
 
-__all__ = ["STATS_FIRST", "STATS_LAST", "STATS_TOTAL", "WIDTH", "clamped_sums", "image_stats"]
+__all__ = [
+    "STATS_FIRST",
+    "STATS_LAST",
+    "STATS_TOTAL",
+    "WIDTH",
+    "channel_sums48",
+    "channel_sums48_intrinsic",
+    "channel_sums48_plain",
+    "clamped_sums",
+    "image_stats",
+    "sums64",
+    "sums64_intrinsic",
+    "sums64_plain",
+]
 
 WIDTH = 64  # bytes per vector
 # How image_stats sums an image's values (see ffcv_pairs.format.stats.stats_layout).
@@ -36,7 +54,7 @@ def _reduce(builder, vec, width=WIDTH):
 
 
 @intrinsic
-def _sums64(typingctx, arr, start, floor):  # pragma: no cover - JIT
+def sums64_intrinsic(typingctx, arr, start, floor):  # pragma: no cover - JIT
     """For the 64 bytes ``x`` at ``arr[start:]``: ``(sum(x), sum(max(x - floor, 0)),
     #{x > floor})``, from one load."""
     sig = types.UniTuple(types.int64, 3)(arr, types.intp, types.uint8)
@@ -62,7 +80,7 @@ def _sums64(typingctx, arr, start, floor):  # pragma: no cover - JIT
 
 
 @intrinsic
-def _channel_sums48(typingctx, arr, start):  # pragma: no cover - JIT
+def channel_sums48_intrinsic(typingctx, arr, start):  # pragma: no cover - JIT
     """The sums of the values ``x[q]`` with ``q % 3 == 0, 1, 2`` of the 48 bytes ``x`` at
     ``arr[start:]`` (16 interleaved 3-channel pixels), from one load and three masks."""
     sig = types.UniTuple(types.int64, 3)(arr, types.intp)
@@ -82,6 +100,32 @@ def _channel_sums48(typingctx, arr, start):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
+def sums64_plain(arr, start, floor):  # pragma: no cover - JIT
+    """:func:`sums64_intrinsic`'s twin, a byte at a time."""
+    f = np.int64(np.uint8(floor))
+    total, above, count = np.int64(0), np.int64(0), np.int64(0)
+    for j in range(WIDTH):
+        x = np.int64(arr[start + j])
+        total += x
+        if x > f:
+            above, count = above + x - f, count + 1
+    return total, above, count
+
+
+@nb.njit(cache=True, nogil=True)
+def channel_sums48_plain(arr, start):  # pragma: no cover - JIT
+    """:func:`channel_sums48_intrinsic`'s twin, a byte at a time."""
+    s0, s1, s2 = np.int64(0), np.int64(0), np.int64(0)
+    for q in range(start, start + 48, 3):
+        s0, s1, s2 = s0 + np.int64(arr[q]), s1 + np.int64(arr[q + 1]), s2 + np.int64(arr[q + 2])
+    return s0, s1, s2
+
+
+sums64 = pick(sums64_intrinsic, sums64_plain)
+channel_sums48 = pick(channel_sums48_intrinsic, channel_sums48_plain)
+
+
+@nb.njit(cache=True, nogil=True)
 def clamped_sums(seg, t):  # pragma: no cover - JIT
     """``(sum of the values below t, count of the values >= t)`` over a uint8 segment
     ``seg``, ``1 <= t``, in one pass (``t > 255``: the plain sum and 0)."""
@@ -90,7 +134,7 @@ def clamped_sums(seg, t):  # pragma: no cover - JIT
     total, above, count, k = np.int64(0), np.int64(0), np.int64(0), 0
     f = np.uint8(floor)
     while k + WIDTH <= n:
-        s, a, c = _sums64(seg, k, f)
+        s, a, c = sums64(seg, k, f)
         total, above, count, k = total + s, above + a, count + c, k + WIDTH
     for j in range(k, n):
         v = np.int64(seg[j])
@@ -122,7 +166,7 @@ def image_stats(images, kind, out):  # pragma: no cover - JIT
         elif kind == STATS_LAST:
             s0, s1, s2, j = np.int64(0), np.int64(0), np.int64(0), 0
             while j + 48 <= n:
-                a, b, c = _channel_sums48(x, j)
+                a, b, c = channel_sums48(x, j)
                 s0, s1, s2, j = s0 + a, s1 + b, s2 + c, j + 48
             for q in range(j, n):  # j is a multiple of 3
                 if q % 3 == 0:

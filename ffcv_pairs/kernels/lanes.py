@@ -22,18 +22,40 @@ and runs the rest one by one; eight at a time, with one overlapping last step,
 keeps every value in a vector. All three take an array and element offsets, never a
 slice: a slice is a new reference, an atomic count on memory that every loader
 thread shares.
+
+Each intrinsic (``*_intrinsic``; :func:`make_blend8` makes the blend's) has a plain-numba
+twin (``*_plain``): a loop over the eight values, the definition the tests compare it
+with bit for bit. The public names are bound to one kind at import
+(:func:`~ffcv_pairs.kernels.twins.pick`: ``FFCV_PAIRS_PLAIN_KERNELS=1`` picks the twins).
 """
 
 from __future__ import annotations
 
 import llvmlite.binding as llvm
+import numba as nb
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from .llvmir import element_pointer, splat
+from .twins import pick
 
-__all__ = ["LANES", "MAX_SPAN", "PERMUTE", "blend8", "make_blend8", "rows8", "store8"]
+__all__ = [
+    "LANES",
+    "MAX_SPAN",
+    "PERMUTE",
+    "blend8",
+    "blend8_intrinsic",
+    "blend8_plain",
+    "make_blend8",
+    "rows8",
+    "rows8_intrinsic",
+    "rows8_plain",
+    "store8",
+    "store8_intrinsic",
+    "store8_plain",
+]
 
 LANES = 8  # outputs per call; two windows of LANES values, one per half
 MAX_SPAN = LANES - 2  # largest left-tap offset in a window (its right tap is the next value)
@@ -92,7 +114,9 @@ def make_blend8(permute: bool):
     """:func:`blend8` with permutes (``permute``: needs AVX) or with scalar loads."""
 
     @intrinsic
-    def blend8(typingctx, src, dst, ks, starts, offsets, at, weights):  # pragma: no cover - JIT
+    def blend8_intrinsic(
+        typingctx, src, dst, ks, starts, offsets, at, weights
+    ):  # pragma: no cover - JIT
         """For each plane ``k`` of the tuple ``ks`` (rows of the float32 2-D arrays ``src``
         and ``dst``): ``dst[k, at + t] = a + (b - a) * weights[at + t]`` for ``t < 8``, where
         ``a = src[k, s + i]``, ``b = src[k, s + i + 1]``, ``i = offsets[at + t]`` (int32,
@@ -146,7 +170,7 @@ def make_blend8(permute: bool):
 
         return sig, codegen
 
-    return blend8
+    return blend8_intrinsic
 
 
 def _as_float32(context, builder, value, dtype):
@@ -157,7 +181,7 @@ def _as_float32(context, builder, value, dtype):
 
 
 @intrinsic
-def rows8(typingctx, src, i0, i1, weight, half, out, o):  # pragma: no cover - JIT
+def rows8_intrinsic(typingctx, src, i0, i1, weight, half, out, o):  # pragma: no cover - JIT
     """``out[o + t] = a + (b - a) * weight + half`` for ``t < 8``, where ``a = src[i0 + t]``
     and ``b = src[i1 + t]`` (any integer or float dtype, converted to float32; ``out``:
     float32, any shape, ``o`` its element offset). Multiply and add contract to one fused
@@ -187,7 +211,7 @@ def rows8(typingctx, src, i0, i1, weight, half, out, o):  # pragma: no cover - J
 
 
 @intrinsic
-def store8(typingctx, line, i, dst, d):  # pragma: no cover - JIT
+def store8_intrinsic(typingctx, line, i, dst, d):  # pragma: no cover - JIT
     """``dst[d + t] = line[i + t]`` for ``t < 8``: float32 to ``dst``'s dtype, as numba's
     own cast of a value in range (integers truncate: the resize adds 0.5 before, to round
     half up)."""
@@ -214,4 +238,59 @@ def store8(typingctx, line, i, dst, d):  # pragma: no cover - JIT
     return sig, codegen
 
 
-blend8 = make_blend8(PERMUTE)
+# The plain twins: loops over the eight values, the contract of each intrinsic above in
+# numba's own terms. The blends carry their own ``contract`` flag, as the intrinsics'
+# instructions do, and are not inlined by numba: a function without fastmath flags takes
+# its caller's, and one inlined by numba compiles with its caller's. So a multiply and an
+# add fuse (one rounding) exactly where the intrinsics' do, whatever the caller says.
+
+
+@nb.njit(cache=True, nogil=True, fastmath={"contract"})
+def blend8_plain(src, dst, ks, starts, offsets, at, weights):  # pragma: no cover - JIT
+    """:func:`make_blend8`'s twin: the two taps of each output read one by one."""
+    for t in range(LANES):
+        s = starts[at // _HALF + t // _HALF] + offsets[at + t]
+        w = weights[at + t]
+        for k in ks:
+            a = src[k, s]
+            dst[k, at + t] = a + (src[k, s + 1] - a) * w
+
+
+@nb.njit(cache=True, nogil=True, fastmath={"contract"})
+def rows8_plain(src, i0, i1, weight, half, out, o):  # pragma: no cover - JIT
+    """:func:`rows8_intrinsic`'s twin (``src`` 1-d; ``out`` flat, as there)."""
+    flat, w, h = out.reshape(-1), np.float32(weight), np.float32(half)
+    for t in range(LANES):
+        a = np.float32(src[i0 + t])
+        mixed = a + (np.float32(src[i1 + t]) - a) * w
+        flat[o + t] = mixed + h
+
+
+def _stored(x, dst):  # pragma: no cover - typed by the overload below
+    """``x`` (float32) as :func:`store8_intrinsic` converts it for ``dst``'s dtype."""
+    raise NotImplementedError("only callable from jitted code")
+
+
+@overload(_stored, jit_options={"nogil": True})
+def _stored_overload(x, dst):
+    if isinstance(dst.dtype, types.Float):
+        return lambda x, dst: x
+    if not isinstance(dst.dtype, types.Integer):
+        raise TypeError(f"store8 casts float32 to an integer or float dtype, not {dst.dtype}")
+    if dst.dtype in (types.int64, types.uint64):
+        return lambda x, dst: np.int64(x)
+    return lambda x, dst: np.int32(x)  # then truncated by the store, as the intrinsic does
+
+
+@nb.njit(cache=True, nogil=True)
+def store8_plain(line, i, dst, d):  # pragma: no cover - JIT
+    """:func:`store8_intrinsic`'s twin (``line`` and ``dst`` flat, as there)."""
+    src, out = line.reshape(-1), dst.reshape(-1)
+    for t in range(LANES):
+        out[d + t] = _stored(src[i + t], out)
+
+
+blend8_intrinsic = make_blend8(PERMUTE)  # the permute where the host has AVX
+blend8 = pick(blend8_intrinsic, blend8_plain)
+rows8 = pick(rows8_intrinsic, rows8_plain)
+store8 = pick(store8_intrinsic, store8_plain)

@@ -60,7 +60,8 @@ bench: install
 bench-quick: install
 	$(PY) -m bench --quick
 
-# Optional rivals in their own venvs (bench/.venv-litdata, bench/.venv-streaming); see bench/extras.py.
+# Optional rivals in their own venvs (bench/.venv-litdata, bench/.venv-streaming);
+# see bench/extras/venvs.py.
 bench-extras: install
 	$(PY) -m bench --setup-extras
 
@@ -68,12 +69,12 @@ bench-extras: install
 # memory, a time-boxed training run, 2 ranks; writes bench/results/gpu-<date>.md. Without CUDA:
 # the simulation, then a line that the CUDA steps were skipped.
 gpu-check: install
-	$(PY) -m bench.gpu_check
+	$(PY) -m bench.gpu.check
 
 # Everything an offline GPU machine lacks, in gpu-bundle/ (git-ignored, < 60 MiB); there:
 # PYTHON=python3 bash gpu-bundle/run.sh OUT
 gpu-bundle: install
-	$(PY) -m bench.gpu_bundle
+	$(PY) -m bench.gpu.bundle
 
 clean:
 	rm -rf $(VENV) demo_out build gpu-bundle *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,7 @@
-"""``python -m bench``: see :mod:`bench.run` for the commands."""
+"""``python -m bench`` (``--quick``, ``--help``, ...): see :mod:`bench.run` for every command."""
 
 from bench.run import main
+
+__all__: list[str] = []
 
 raise SystemExit(main())

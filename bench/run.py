@@ -13,14 +13,18 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --quick --out /tmp/res --work /tmp/work --no-extras
     .venv/bin/python -m bench --n 32768 --shape 3,64,64 --dtype uint8 --rounds 5 --clean
     .venv/bin/python -m bench --only memcpy --tables b --writer-sizes 16384,100000
-    .venv/bin/python -m bench --render bench/results/2026-11-30.json   # md/png again
+    .venv/bin/python -m bench --render bench/results/bench-2026-12-01.json --out /tmp/again
+    .venv/bin/python -m bench --larger-than-ram       # a file of 1.3x RAM (bench/scale/)
+    .venv/bin/python -m bench --larger-than-ram-gib 4 # the same on 4 GiB: a short check
+    .venv/bin/python -m bench --user-scale 200000     # the user's day, about 20 minutes
 
 It generates the data (seeded) under ``--work`` (default ``bench/.work/``), runs
 the contestants interleaved in rounds, then the start-up, writer, memory,
-cold-cache and augmentation-ops tables, and writes ``bench/results/<date>.md`` (and ``latest.md``),
-``<date>.json``, ``<date>-throughput.png`` and ``<date>-memory.png``. The report
-states every target and whether it was met. ``--clean`` removes the generated
-data afterwards (the extras' venvs stay).
+cold-cache and augmentation-ops tables (:mod:`bench.tables.suite`), and writes
+``bench/results/<kind>-<date>.md``, ``.json``, ``-throughput.png`` and ``-memory.png``:
+the kind is ``bench``, or the tables' names for a run of ``--only memcpy``
+(``augops-<date>.md`` for ``--tables e``). The report states every target and whether it
+was met. ``--clean`` removes the generated data afterwards (the extras' venvs stay).
 """
 
 from __future__ import annotations
@@ -28,25 +32,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
-import shutil
 import signal
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.config import BenchConfig, default_config, quick_config
+from bench.core.settings import BenchConfig, default_config, quick_config
+from bench.tables.suite import TABLES, render_again, run_suite
 
 __all__ = ["main", "parse_args"]
 
 log = logging.getLogger("bench")
-
-TABLES = "abcde"
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -85,7 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-extras", action="store_true", help="skip LitData and Streaming")
     p.add_argument("--no-cold-cache", action="store_true", help="never drop the page cache")
     p.add_argument("--clean", action="store_true", help="remove the generated data afterwards")
-    p.add_argument("--date", help="report name (default: today, YYYY-MM-DD)")
+    p.add_argument("--date", help="report date or label, in <kind>-<date>.md (default: today)")
     p.add_argument("--setup-extras", action="store_true", help="create the extras' venvs, exit")
     p.add_argument("--larger-than-ram", action="store_true", help="file of 1.3x RAM, 2 epochs")
     p.add_argument("--larger-than-ram-gib", type=float, help="override its size (a short check)")
@@ -97,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         const=3_000_000,
         metavar="N",
         help="only the user's day at full scale: N per-sample .pt pairs (default 3,000,000), "
-        "convert, train; writes results/user-scale-<date>.md (see bench/user_scale.py)",
+        "convert, train; writes results/user-scale-<date>.md (see bench/scale/user_scale.py)",
     )
     p.add_argument(
         "--user-seconds", type=float, default=60.0, help="time box of each --user-scale row"
@@ -119,7 +118,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
 
 
 def _keys(only: str | None) -> list[str]:
-    from bench.contestants import CONTESTANTS
+    from bench.contest.contestants import CONTESTANTS
 
     if not only:
         return list(CONTESTANTS)
@@ -130,124 +129,16 @@ def _keys(only: str | None) -> list[str]:
     return keys
 
 
-def _memory_table(cfg: BenchConfig, paths: Any, throughput: dict, log_file: Path) -> dict:
-    import psutil
-
-    from bench.rounds import measure_single
-
-    rows: dict[str, Any] = {}
-    for w in cfg.memory_workers:
-        key = f"pt_ranks_w{w}"
-        title = f"{cfg.world_size} ranks x {w} DataLoader workers, per-sample .pt"
-        if w > 4 and "pt_ranks_w4" in rows and rows["pt_ranks_w4"].get("memory_mb"):
-            pss4 = rows["pt_ranks_w4"]["memory_mb"]["pss"] * (1 << 20)
-            need = pss4 * (w + 1) / 5
-            avail = psutil.virtual_memory().available
-            if need > avail / 2:
-                rows[key] = {"skipped": f"needs ~{need / 2**30:.1f} GiB, {avail / 2**30:.1f} free"}
-                continue
-        rows[key] = measure_single(key, cfg, paths, cfg.memory_seconds, log_file)
-        rows[key]["title"] = title
-    if "ours_4ranks" in throughput:
-        rows["ours_4ranks"] = throughput["ours_4ranks"]
-    return rows
-
-
-def _extras(cfg: BenchConfig) -> tuple[dict[str, Any], dict[str, str]]:
-    """Status of each extra, and why each one that cannot run cannot."""
-    from bench.machine import extras_status
-
-    status = extras_status(cfg.extras)
-    return status, {n: st["why"] for n, st in status.items() if not st["version"]}
-
-
-def run(cfg: BenchConfig, keys: list[str], tables: str, command: str, date: str) -> Path:
-    """Everything; returns the markdown report's path."""
-    from bench.amplification import measure_amplification
-    from bench.augops import measure_augops
-    from bench.charts import draw_charts
-    from bench.cold import measure_cold_table
-    from bench.data import prepare_data
-    from bench.machine import describe_machine
-    from bench.report import write_report
-    from bench.rounds import measure_rounds, start_built, warm_cache, warm_jit
-    from bench.runner import forkserver
-    from bench.startup import measure_startup
-    from bench.targets import evaluate_targets
-    from bench.writer_bench import measure_writer
-
-    t0 = time.perf_counter()
-    forkserver()
-    cfg.work.mkdir(parents=True, exist_ok=True)
-    log_file = cfg.work / "extras.log"
-    paths, data_s = prepare_data(cfg)
-    warm_jit(cfg, paths)
-    # The simulated ranks import for long: start them while the others start and warm up.
-    early_pool = ThreadPoolExecutor(1)
-    early = {}
-    if "ours_4ranks" in keys:
-        early["ours_4ranks"] = early_pool.submit(start_built, "ours_4ranks", cfg, paths, log_file)
-    extras, unavailable = _extras(cfg)
-    warm_cache(paths)
-    res: dict[str, Any] = {
-        "date": date,
-        "label": cfg.label,
-        "command": command,
-        "config": asdict(cfg),
-        "machine": describe_machine(),
-        "extras": extras,
-        "data": {"seconds": data_s, "sample_bytes": 2 * _image_bytes(cfg)},
-    }
-    unavailable = {k: v for k, v in unavailable.items() if k in keys}
-    res["throughput"] = measure_rounds(cfg, paths, keys, unavailable, log_file, early)
-    early_pool.shutdown()
-    if "a" in tables:
-        res["startup"] = measure_startup(cfg)
-    if "b" in tables:
-        res["writer"] = measure_writer(cfg)
-    if "c" in tables:
-        res["memory"] = _memory_table(cfg, paths, res["throughput"], log_file)
-    if "d" in tables:
-        res["cold"] = measure_cold_table(cfg.work, cfg.cold_gib, cfg.cold_cache)
-        res["amplification"] = measure_amplification(cfg, paths)
-    if "e" in tables:
-        res["augops"] = measure_augops(cfg, log_file)
-    res["targets"] = evaluate_targets(res)
-    res["elapsed_s"] = time.perf_counter() - t0
-    charts = draw_charts(res, cfg.out)
-    md = write_report(res, cfg.out, charts)
-    if not cfg.keep_data:
-        shutil.rmtree(cfg.work / "data", ignore_errors=True)
-        shutil.rmtree(cfg.work / "startup", ignore_errors=True)
-    return md
-
-
-def _image_bytes(cfg: BenchConfig) -> int:
-    import numpy as np
-
-    return int(np.prod(cfg.shape)) * np.dtype(cfg.dtype).itemsize
-
-
 def _render(path: Path, out: Path | None) -> int:
     """Re-write the report and charts of a finished run from its JSON (no measuring)."""
-    import json
-
-    from bench.charts import draw_charts
-    from bench.report import write_report
-    from bench.targets import evaluate_targets
-
-    res = json.loads(path.read_text())
-    res["targets"] = evaluate_targets(res)
-    out = out or path.parent
-    md = write_report(res, out, draw_charts(res, out))
-    sys.stdout.write(f"{md}\n")
+    sys.stdout.write(f"{render_again(path, out)}\n")
     return 0
 
 
 def _big(args: argparse.Namespace) -> int:
-    from bench.big import larger_than_ram, write_big_report
-    from bench.config import BENCH_DIR
-    from bench.runner import forkserver
+    from bench.core.fresh_process import forkserver
+    from bench.core.settings import BENCH_DIR
+    from bench.scale.larger_than_ram import larger_than_ram, write_big_report
 
     forkserver()
     try:
@@ -261,7 +152,7 @@ def _big(args: argparse.Namespace) -> int:
 
 
 def _user_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
-    from bench.user_scale import UserScaleConfig, check_user_scale, run_user_scale
+    from bench.scale.user_scale import UserScaleConfig, check_user_scale, run_user_scale
 
     changes = {k: getattr(args, k) for k in ("out", "work", "seed") if getattr(args, k) is not None}
     date = args.date or datetime.date.today().isoformat()
@@ -288,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.user_scale is not None:
         return _user_scale(args, argv)
     if args.setup_extras:
-        from bench.extras import setup_extras
+        from bench.extras.venvs import setup_extras
 
         status = setup_extras()
         for name, line in status.items():
@@ -306,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     date = args.date or datetime.date.today().isoformat()
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    md = run(cfg, keys, args.tables, command.strip(), date)
+    md = run_suite(cfg, keys, args.tables, command.strip(), date)
     sys.stdout.write(f"{md}\n")
     return 0
 

@@ -1,4 +1,6 @@
-"""Smoke test of the benchmark: ``python -m bench --quick`` writes a complete report.
+"""The benchmark: ``python -m bench --quick`` writes a complete report, the user-scale
+harness reads the writer, and ``bench/`` keeps its rooms (no import circle, no basename
+twice, every module and path it names exists).
 
 Checks that every contestant row and every table is there; never checks a timing.
 The LitData / Streaming rows may say they could not run (no venvs in CI).
@@ -6,14 +8,18 @@ The LitData / Streaming rows may say they could not run (no venvs in CI).
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).parents[1]
+BENCH = REPO / "bench"
 TABLE_HEADINGS = (
     "## Targets",
     "## Throughput",
@@ -28,7 +34,7 @@ TABLE_HEADINGS = (
 
 @pytest.mark.slow
 def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
-    from bench.contestants import CONTESTANTS
+    from bench.contest.contestants import CONTESTANTS
 
     out, work = tmp_path / "results", tmp_path / "work"
     cmd = [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--work", str(work)]
@@ -37,8 +43,7 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
-    md = (out / "smoke.md").read_text()
-    assert (out / "latest.md").read_text() == md
+    md = (out / "bench-smoke.md").read_text()
     for heading in TABLE_HEADINGS:
         assert heading in md, heading
     for contestant in CONTESTANTS.values():
@@ -47,11 +52,11 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
     for verdict_line in (ln for ln in md.splitlines() if ln.startswith("| ffcv-pairs vs")):
         assert any(v in verdict_line for v in ("PASS", "MISS", "NOT MEASURED")), verdict_line
 
-    res = json.loads((out / "smoke.json").read_text())
+    res = json.loads((out / "bench-smoke.json").read_text())
     assert set(res["throughput"]) == set(CONTESTANTS)
     for key in ("startup", "writer", "memory", "cold", "amplification", "targets", "machine"):
         assert res[key], key
-    from bench.augops import AUG_ROWS
+    from bench.tables.augops import AUG_ROWS
 
     for side in ("64", "224"):
         rows = res["augops"]["sizes"][side]["rows"]
@@ -61,7 +66,7 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
         assert {len(a["rounds"]) for a in anchors.values()} == {len(rows["plain"]["runs"])}, side
     assert "realistic pipeline at 224x224 vs plain decode" in md
     assert {"pt_ranks_w4", "ours_4ranks"} <= set(res["memory"])
-    from bench.writer_bench import JOBS
+    from bench.tables.writer_table import JOBS
 
     assert len(res["writer"]["rows"]) == 2
     for n, row in res["writer"]["rows"].items():
@@ -71,14 +76,36 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
     writer_targets = [t for t in res["targets"] if t["target"].startswith("writer")]
     assert len(writer_targets) == 3
     assert all(t["verdict"] in ("PASS", "MISS") for t in writer_targets), writer_targets
-    for png in ("smoke-throughput.png", "smoke-memory.png"):
+    for png in ("bench-smoke-throughput.png", "bench-smoke-memory.png"):
         assert (out / png).stat().st_size > 0, png
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench-smoke-memory.png",
+        "bench-smoke-throughput.png",
+        "bench-smoke.json",
+        "bench-smoke.md",
+    ]
+
+
+def test_a_report_is_named_for_what_ran() -> None:
+    """``<kind>-<date>.md``: ``bench``, or the tables' names when only the memcpy row raced."""
+    from bench.contest.contestants import CONTESTANTS
+    from bench.tables.suite import TABLES, report_kind
+
+    every = list(CONTESTANTS)
+    assert report_kind(every, TABLES) == "bench"
+    assert report_kind(every, "acd") == "bench"
+    assert report_kind(["ours", "memcpy"], "e") == "bench"
+    assert report_kind(["memcpy"], "e") == "augops"
+    assert report_kind(["memcpy"], "b") == "writer"
+    assert report_kind(["memcpy"], "d") == "cold"
+    assert report_kind(["memcpy"], "eb") == "writer-augops"
+    assert report_kind(["memcpy"], "") == "bench"
 
 
 def test_user_scale_reads_what_the_writer_prints(tmp_path: Path, pairs_dir) -> None:
     """--user-scale runs only by hand (hours): its parsing of the writer's summary line and
     the imports it times are checked here, on the writer's real output."""
-    from bench.user_convert import SUMMARY, WRITER_IMPORTS
+    from bench.scale.user_convert import SUMMARY, WRITER_IMPORTS
 
     src = pairs_dir("per-sample", n=6)
     out = subprocess.run(
@@ -95,7 +122,7 @@ def test_user_scale_reads_what_the_writer_prints(tmp_path: Path, pairs_dir) -> N
 def test_user_row_stopped_before_its_second_batch_is_judged_by_its_life_rate() -> None:
     """The speed target of the user-scale report: a steady rate when the user's row has one,
     else all it delivered over its life; neither: not measured."""
-    from bench.user_targets import _speed_target
+    from bench.scale.user_targets import _speed_target
 
     def res(user: dict) -> dict:
         ours = {"kind": "ours", "workers": 0, "rate": 500_000.0, "ranks": []}
@@ -120,3 +147,175 @@ def test_user_row_stopped_before_its_second_batch_is_judged_by_its_life_rate() -
         "delivered no sample in the 97 s from launch until it was stopped (memory)"
         in nothing["note"]
     )
+
+
+# --- bench/ as rooms -------------------------------------------------------------------
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module under ``root`` (not the extras' venvs or data)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(REPO).with_suffix("")
+        if any(part.startswith(".") or part == "results" for part in rel.parts):
+            continue
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that module ``name`` imports, in function bodies too."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found |= {t for t in targets if t in modules and t != name}
+    return found
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (module -> modules it imports), as a path, or None."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        path.append(module)
+        for nxt in sorted(graph[module]):
+            if nxt in path:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in done and (found := visit(nxt)):
+                return found
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        if module not in done and (found := visit(module)):
+            return found
+    return None
+
+
+def test_bench_modules_import_in_no_circle() -> None:
+    """Every import between two ``bench`` modules, at the top or inside a function, points one
+    way: the rooms build on ``bench.core`` and never back."""
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    modules = _modules(BENCH)
+    assert {"bench.run", "bench.core.timing", "bench.contest.rounds"} <= set(modules)
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert "bench.core.settings" in graph["bench.contest.rounds"]  # the parser sees imports
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+#: The rooms of ``bench/``, each importing only the rooms before it (``bench/run.py``, on top,
+#: imports any).
+ROOMS = ("core", "extras", "contest", "tables", "scale", "gpu")
+
+
+def test_rooms_import_only_the_rooms_before_them() -> None:
+    modules = _modules(BENCH)
+    rooms = {name: name.split(".")[1] for name in modules if name.count(".") >= 2}
+    assert set(rooms.values()) == set(ROOMS), sorted(set(rooms.values()))
+    upward = [
+        f"{name} -> {dep}"
+        for name, room in rooms.items()
+        for dep in _imports(name, modules[name], modules)
+        if dep in rooms and ROOMS.index(rooms[dep]) > ROOMS.index(room)
+    ]
+    assert not upward, upward
+
+
+def test_no_module_basename_twice_in_bench_or_beside_ffcv_pairs() -> None:
+    """A module's file name says which module it is: unique in ``bench/``, and not the name
+    of a module of ``ffcv_pairs/`` (``__init__.py`` and ``__main__.py`` aside)."""
+    shared = {"__init__.py", "__main__.py"}
+    bench = [p.name for p in _modules(BENCH).values() if p.name not in shared]
+    package = {p.name for p in _modules(REPO / "ffcv_pairs").values()} - shared
+    twice = sorted(name for name, k in Counter(bench).items() if k > 1)
+    assert not twice, f"basenames twice in bench/: {twice}"
+    assert not sorted(set(bench) & package), "also in ffcv_pairs/: " + str(set(bench) & package)
+
+
+def _defines(path: Path, name: str) -> bool:
+    """``name`` is bound at the top level of the module at ``path``."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+        imported = node.names if isinstance(node, ast.Import | ast.ImportFrom) else []
+        if any((a.asname or a.name).split(".")[0] == name for a in imported):
+            return True
+    return False
+
+
+def test_every_bench_module_and_path_named_exists() -> None:
+    """``bench.x.y`` (a module, or a name in one) and ``bench/x/y.py`` as the code, the
+    Makefile and the READMEs name them: after a move, a stale name fails here."""
+    modules = _modules(BENCH)
+    texts = [REPO / "Makefile", REPO / "README.md", BENCH / "README.md", BENCH / "gpu" / "run.sh"]
+    texts += [p for p in modules.values()] + [BENCH / "results" / "README.md"]
+    stale = []
+    for text_path in texts:
+        text = text_path.read_text()
+        for dotted in set(re.findall(r"\bbench(?:\.[A-Za-z_]\w*)+", text)):
+            parts = dotted.split(".")
+            k = max(i for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in modules)
+            rest = parts[k:]
+            if rest and not _defines(modules[".".join(parts[:k])], rest[0]):
+                stale.append(f"{text_path.relative_to(REPO)}: {dotted}")
+        for rel in set(re.findall(r"\bbench/[\w./-]*\w(?![\w/<*-])", text)):
+            if not rel.startswith("bench/.") and not (REPO / rel).exists():
+                stale.append(f"{text_path.relative_to(REPO)}: {rel}")
+    assert not stale, "\n".join(stale)
+
+
+def test_results_keep_one_naming_scheme_and_their_links_resolve() -> None:
+    """``bench/results/`` holds ``<kind>-<date>`` reports (``.md``, ``.json``, charts) and its
+    index; every link of the index and of ``bench/README.md`` leads to a file."""
+    results = BENCH / "results"
+    scheme = re.compile(r"[a-z]+(-[a-z]+)*-\d{4}-\d{2}-\d{2}(-\w+)*(\.md|\.json|\.png)")
+    odd = [p.name for p in results.iterdir() if p.name != "README.md"]
+    assert not [name for name in odd if not scheme.fullmatch(name)]
+    for md in (results / "README.md", BENCH / "README.md"):
+        for link in re.findall(r"\]\(([^)#]+)\)", md.read_text()):
+            assert "://" in link or (md.parent / link).exists(), f"{md.name}: {link}"
+
+
+def _is_entrypoint(tree: ast.Module) -> bool:
+    """The module runs as a program (``if __name__ == "__main__":``)."""
+    return any(
+        isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body
+    )
+
+
+def test_every_bench_module_says_what_it_holds_and_exports() -> None:
+    """A docstring and an explicit ``__all__`` in every module; an entrypoint's docstring
+    shows the command that runs it (``python -m <module>`` or its path)."""
+    for name, path in _modules(BENCH).items():
+        tree = ast.parse(path.read_text())
+        doc = ast.get_docstring(tree) or ""
+        assert doc, f"{name}: no docstring"
+        exported = [
+            node
+            for node in tree.body
+            if isinstance(node, ast.Assign | ast.AnnAssign)
+            and "__all__" in ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node)
+        ]
+        assert exported, f"{name}: no __all__"
+        if _is_entrypoint(tree) or path.name == "__main__.py":
+            module = name.removesuffix(".__main__")
+            commands = (f"python -m {module}", str(path.relative_to(REPO)))
+            assert any(c in doc for c in commands), f"{name}: the docstring shows no {commands}"

@@ -1,4 +1,4 @@
-"""``bench.gpu_check`` without a GPU: the no-GPU exit, the plan, the report, failures, arguments."""
+"""``bench.gpu.check`` without a GPU: the no-GPU exit, the plan, the report, failures, arguments."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench import gpu_check as G
+from bench.gpu import check as G
 
 REPO = Path(__file__).parents[1]
 GPU_STEPS = ["simulation", "data", "cuda-tests", "throughput", "train", "ranks"]
@@ -175,4 +175,4 @@ def test_pytest_m_cuda_selects_the_gpu_tests() -> None:
 
 def test_make_gpu_check_target() -> None:
     make = (REPO / "Makefile").read_text()
-    assert "gpu-check: install\n\t$(PY) -m bench.gpu_check\n" in make
+    assert "gpu-check: install\n\t$(PY) -m bench.gpu.check\n" in make

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 def test_patched_files_are_what_torch_save_writes(tmp_path: Path) -> None:
     """Every patched file loads, holds its seeded pair, passes zip CRCs, and is byte for
     byte what ``torch.save`` writes for the same tensor (but the random serialization id)."""
-    from bench.user_data import CHUNK, SourceLayout, make_chunk, make_source
+    from bench.scale.user_data import CHUNK, SourceLayout, make_chunk, make_source
 
     n = CHUNK + 2000  # two chunks, index widths 1..5
     layout = SourceLayout(n, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
@@ -65,7 +65,7 @@ def test_patched_files_are_what_torch_save_writes(tmp_path: Path) -> None:
 
 
 def test_refuses_when_disk_is_short(tmp_path: Path) -> None:
-    from bench.user_data import SourceLayout, check_space
+    from bench.scale.user_data import SourceLayout, check_space
 
     layout = SourceLayout(10, (1, 4, 4), 7, 3, 1000, tmp_path / "w" / "pt", tmp_path / "w" / "p")
     with pytest.raises(ValueError, match="not enough room"):
@@ -78,9 +78,9 @@ def test_memory_floor_stops_the_row_and_kills_every_process(tmp_path: Path) -> N
     reported as stopped by memory and no process of it is left."""
     import psutil
 
-    from bench.user_data import SourceLayout, make_source
-    from bench.user_node import run_row
-    from bench.user_ranks import RowSpec
+    from bench.scale.user_data import SourceLayout, make_source
+    from bench.scale.user_node import run_row
+    from bench.scale.user_ranks import RowSpec
 
     layout = SourceLayout(4096, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
     make_source(layout, workers=1)
@@ -119,8 +119,8 @@ def test_memory_floor_stops_the_row_and_kills_every_process(tmp_path: Path) -> N
 def test_user_scale_writes_every_section_and_cleans_up(tmp_path: Path) -> None:
     """The whole harness, small: 4096 pairs, 1 s per row, 2 and 1 workers per rank
     (``--user-scale 4096 --user-seconds 1`` but for the workers, to keep it short)."""
-    from bench.user_report import SECTIONS
-    from bench.user_scale import UserScaleConfig, run_user_scale
+    from bench.scale.user_report import SECTIONS
+    from bench.scale.user_scale import UserScaleConfig, run_user_scale
 
     out, work = tmp_path / "results", tmp_path / "work"
     cfg = UserScaleConfig(

@@ -24,7 +24,7 @@ DEFAULT_WINDOW_BYTES = 256 << 20
 MAX_BATCH = 2**24
 MAX_AHEAD = 1024
 
-#: Batches the page prefetch stays ahead (measured: 4 was the fastest cold, bench/cold.py).
+#: Batches the page prefetch stays ahead (measured: 4 was the fastest cold, bench/tables/cold.py).
 DEFAULT_PREFETCH = 4
 
 

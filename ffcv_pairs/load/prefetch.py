@@ -11,7 +11,7 @@ faulting it in 4 KiB at a time in shuffled order.
 memory (the pages are file-backed and shared by the ranks of a node), and the
 bytes the decoders see are the file's either way. Measured against
 ``MADV_POPULATE_READ``, ``posix_fadvise`` and ``pread`` from the same thread,
-it was the fastest cold (see ``bench/cold.py``).
+it was the fastest cold (see ``bench/tables/cold.py``).
 
 Pages requested but not yet used are capped (``max_in_flight``), so a ``random``
 order, whose first batches touch every page, does not ask for the whole file at

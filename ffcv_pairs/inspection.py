@@ -13,7 +13,7 @@ from .format.integrity import load_manifest
 from .format.reader import PairReader
 from .format.schema import PairSchema
 from .format.sidecar import manifest_path
-from .write.permute import Permutation
+from .write.shuffle import Permutation
 
 __all__ = ["NONFINITE_RGB", "Preview", "label_histogram", "preview_png", "summary"]
 

@@ -1,5 +1,6 @@
 """The package's layout rules: imports point one way along the data path, no circles,
-no module over about 400 lines, kernels free of configuration classes."""
+no module over about 400 lines, no two modules with one basename, kernels free of
+configuration classes."""
 
 from __future__ import annotations
 
@@ -99,6 +100,16 @@ def test_modules_are_small() -> None:
         if (n := len(p.read_text().splitlines())) > 400
     }
     assert not big, big
+
+
+def test_no_two_modules_share_a_basename() -> None:
+    """One name per idea: ``write/pages.py`` next to ``kernels/pages.py`` says nothing."""
+    homes: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            homes.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    shared = {name: sorted(paths) for name, paths in homes.items() if len(paths) > 1}
+    assert not shared, shared
 
 
 def test_kernels_know_no_configuration() -> None:

@@ -14,7 +14,7 @@ from ffcv_pairs import PairReader, open_source, write_pairs
 from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.sidecar import Manifest, manifest_path
 from ffcv_pairs.write.compare import compare_with_source
-from ffcv_pairs.write.permute import Permutation
+from ffcv_pairs.write.shuffle import Permutation
 
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15

@@ -18,7 +18,7 @@ from ffcv_pairs.format.sidecar import Manifest, manifest_path
 from ffcv_pairs.format.stats import HEADER_BYTES, StatsWarning, hash_stats, stats_path
 from ffcv_pairs.kernels.bytesums import STATS_FIRST, STATS_LAST, STATS_TOTAL, image_stats
 from ffcv_pairs.kernels.photometric import ChannelLayout, image_mean, stored_mean
-from ffcv_pairs.write.permute import Permutation
+from ffcv_pairs.write.shuffle import Permutation
 
 N = 150
 

@@ -225,19 +225,19 @@ def test_direct_and_buffered_page_writes_give_the_same_file(
     depend on it (nor on a file system that refuses it: tmpfs, or EINVAL on the write)."""
     import os
 
-    from ffcv_pairs.write import pages
+    from ffcv_pairs.write import tasks
 
     a, b, labels = make_arrays(300, (3, 10, 10), seed=4)
     write = write_per_sample if layout == "per-sample" else write_batched
     src = write(tmp_path / "pt", "train", a, b, labels)
-    probe = pages._open_direct(tmp_path / "pt" / os.listdir(tmp_path / "pt")[0])
+    probe = tasks._open_direct(tmp_path / "pt" / os.listdir(tmp_path / "pt")[0])
     if probe is None:
         pytest.skip("tmp_path's file system has no O_DIRECT (tmpfs?)")
     os.close(probe)
     runs = {}
     for how in ("direct", "buffered", "refused"):
         if how == "buffered":
-            monkeypatch.setattr(pages, "_open_direct", lambda path: None)
+            monkeypatch.setattr(tasks, "_open_direct", lambda path: None)
         if how == "refused":
             monkeypatch.undo()
             monkeypatch.setattr(os, "pwrite", _refusing_direct_pwrite(os.pwrite))
@@ -253,18 +253,18 @@ def test_a_slow_page_write_never_sees_the_next_page(tmp_path: Path, monkeypatch)
     buffer; a write that takes long must still write its own page's bytes."""
     import time
 
-    from ffcv_pairs.write import pages
+    from ffcv_pairs.write import tasks
 
     a, b, labels = make_arrays(400, (3, 10, 10), seed=5)
     src = ArraySource(a, b, labels)
     write_pairs(src, tmp_path / "plain.beton", workers=1, page_size=4096, progress=False)
-    slow = pages._write_page
+    slow = tasks._write_page
 
     def late(fd: int, buf: np.ndarray, offset: int) -> None:
         time.sleep(0.02)  # longer than gathering the next two pages
         slow(fd, buf, offset)
 
-    monkeypatch.setattr(pages, "_write_page", late)
+    monkeypatch.setattr(tasks, "_write_page", late)
     write_pairs(src, tmp_path / "slow.beton", workers=1, page_size=4096, progress=False)
     plain, slowed = ((tmp_path / f"{n}.beton").read_bytes() for n in ("plain", "slow"))
     assert len(plain) > 20 * 4096

@@ -7,7 +7,7 @@ import numpy as np
 from ..format.integrity import Mismatch
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
-from .permute import Permutation
+from .shuffle import Permutation
 from .sources import PairSource, cast_to_store, to_array, to_label
 
 __all__ = ["compare_with_source"]
@@ -31,7 +31,7 @@ def compare_with_source(
     """Compare ``samples`` random samples (all when None) with ``source``, bit-exactly.
 
     ``shuffle_seed`` (from the sidecar) maps each position of the file to its source
-    index through :class:`~ffcv_pairs.write.permute.Permutation`.
+    index through :class:`~ffcv_pairs.write.shuffle.Permutation`.
     """
     n = reader.num_samples
     if len(source) < n:

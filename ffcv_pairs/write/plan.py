@@ -22,7 +22,7 @@ import numpy as np
 
 from ..format.layout import BetonLayout
 from .batched import BatchedSource
-from .permute import Permutation
+from .shuffle import Permutation
 from .sources import PairSource
 
 __all__ = ["Plan", "make_plan"]
@@ -36,7 +36,7 @@ class Plan:
     """Tasks to run and the shared pages the writer digests.
 
     Attributes:
-        tasks: ``("pages", p0, p1)`` or ``("files", k0, k1)`` (see :mod:`.pages`).
+        tasks: ``("pages", p0, p1)`` or ``("files", k0, k1)`` (see :mod:`.tasks`).
         samples: Samples each task writes (for the progress bar).
         shared: For each task, the shared pages it touches.
         waiting: Shared page -> tasks still to finish before it can be digested.

@@ -9,9 +9,9 @@ from typing import Any
 from ..format.layout import BetonLayout
 from ..format.sidecar import block_digest
 from .journal import Journal
-from .pages import TaskResult
 from .plan import Plan
 from .sources import SourceError
+from .tasks import TaskResult
 from .testhook import active, hook
 
 __all__ = ["JOURNAL_SECONDS", "PageTracker"]

@@ -7,7 +7,7 @@ Example:
 
 How it works: the layout is fixed by the schema (see :mod:`ffcv_pairs.format.layout`),
 so worker processes write each data page, with its metadata rows, at its final
-offset in ``OUT.partial`` and return its CRC32 and SHA-256 (:mod:`.pages`). The
+offset in ``OUT.partial`` and return its CRC32 and SHA-256 (:mod:`.tasks`). The
 writer appends those to the journal ``OUT.journal`` (:mod:`.journal`), which also
 holds the lock and the source's fingerprint. When every page is done it writes
 the allocation table and then the header (which makes a file readable), digests
@@ -45,12 +45,12 @@ from .finish import (
     up_to_date,
 )
 from .journal import Journal, journal_path, what_changed
-from .pages import Job, run_task, set_job, stats_kinds, worker_init
-from .permute import PERMUTATION, Permutation
 from .plan import make_plan
 from .pool import WriteError, WriteInterrupted, run_tasks, signals_as_exceptions
+from .shuffle import PERMUTATION, Permutation
 from .sources import PairSource, SourceError, as_source
 from .space import allocated, disk_full, no_space
+from .tasks import Job, run_task, set_job, stats_kinds, worker_init
 from .testhook import hook
 from .tracker import PageTracker
 
@@ -324,7 +324,7 @@ def write_pairs(
         resume: Continue an interrupted conversion of the same source with the same
             settings, keeping its finished pages (starts afresh when there is none).
         shuffle_seed: Write the samples in the seeded order of
-            :class:`~ffcv_pairs.write.permute.Permutation` instead of source order.
+            :class:`~ffcv_pairs.write.shuffle.Permutation` instead of source order.
 
     Raises:
         SourceError: bad input, a changed source on resume, or another writer on

@@ -43,7 +43,7 @@ from ..kernels.bytesums import STATS_FIRST, STATS_LAST, STATS_TOTAL, image_stats
 from .activity import Board, Step
 from .batched import BatchedSource
 from .convert import Converter
-from .permute import Permutation
+from .shuffle import Permutation
 from .sources import PairSource
 from .testhook import hook
 

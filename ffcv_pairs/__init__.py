@@ -26,12 +26,16 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from .augment.config import PairAugment
+    from .errors import FfcvPairsError
     from .format.reader import BetonError, PairReader
     from .format.schema import ArraySpec, PairSchema
+    from .format.stats import StatsWarning
     from .lightning.callbacks import LoaderMonitor
     from .lightning.datamodule import PairDataModule
     from .lightning.model import SiamesePairClassifier
+    from .load.budget import MemoryBudgetError
     from .load.loader import LoaderConfig, LoaderError, PairLoader, make_loader
+    from .load.truncation import BetonChangedError
     from .write.batched import BatchedSource
     from .write.layouts import open_source, open_sources
     from .write.persample import PerSampleSource
@@ -43,11 +47,14 @@ _HOMES = {
     "ArraySource": "write.sources",
     "ArraySpec": "format.schema",
     "BatchedSource": "write.batched",
+    "BetonChangedError": "load.truncation",
     "BetonError": "format.reader",
+    "FfcvPairsError": "errors",
     "IndexedSource": "write.sources",
     "LoaderConfig": "load.loader",
     "LoaderError": "load.loader",
     "LoaderMonitor": "lightning.callbacks",
+    "MemoryBudgetError": "load.budget",
     "PairAugment": "augment.config",
     "PairDataModule": "lightning.datamodule",
     "PairLoader": "load.loader",
@@ -57,6 +64,7 @@ _HOMES = {
     "PerSampleSource": "write.persample",
     "SiamesePairClassifier": "lightning.model",
     "SourceError": "write.sources",
+    "StatsWarning": "format.stats",
     "WriteError": "write.pool",
     "WriteInterrupted": "write.pool",
     "WriteReport": "write.writer",
@@ -70,11 +78,14 @@ __all__ = [
     "ArraySource",
     "ArraySpec",
     "BatchedSource",
+    "BetonChangedError",
     "BetonError",
+    "FfcvPairsError",
     "IndexedSource",
     "LoaderConfig",
     "LoaderError",
     "LoaderMonitor",
+    "MemoryBudgetError",
     "PairAugment",
     "PairDataModule",
     "PairLoader",
@@ -84,6 +95,7 @@ __all__ = [
     "PerSampleSource",
     "SiamesePairClassifier",
     "SourceError",
+    "StatsWarning",
     "WriteError",
     "WriteInterrupted",
     "WriteReport",

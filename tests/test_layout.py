@@ -22,7 +22,7 @@ ALLOWED = {
     "load": {"format", "kernels", "augment"},
     "lightning": {"format", "augment", "load"},
 }
-ROOTS = {"_version", "_upstream", "_checks"}  # importable from anywhere
+ROOTS = {"_version", "_upstream", "_checks", "errors"}  # importable from anywhere
 
 
 def _modules() -> dict[str, Path]:

@@ -19,6 +19,7 @@ import numpy as np
 from ffcv.reader import Reader
 from ffcv.types import ALLOC_TABLE_TYPE, CURRENT_VERSION, FieldDescType, HeaderType
 
+from ..errors import FfcvPairsError
 from .schema import PairSchema
 
 __all__ = ["BetonError", "PairReader", "require_file"]
@@ -26,7 +27,7 @@ __all__ = ["BetonError", "PairReader", "require_file"]
 _MAX_FIELDS = 64
 
 
-class BetonError(ValueError):
+class BetonError(FfcvPairsError, ValueError):
     """A file that is not a readable `.beton`; the message names the file and the problem."""
 
 

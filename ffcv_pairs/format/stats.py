@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..errors import FfcvPairsError
 from .schema import ArraySpec, PairSchema
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ _MAX_ELEMENTS = (2**32 - 1) // 255  # larger images could overflow a uint32 sum
 StatsLayout = Literal["first", "last", "total"]
 
 
-class StatsWarning(UserWarning):
+class StatsWarning(FfcvPairsError, UserWarning):
     """A stats file that cannot be trusted was ignored (the loader computes the means)."""
 
 

@@ -30,6 +30,7 @@ from ffcv.pipeline.allocation_query import AllocationQuery
 
 from ..augment.ops import NormalizeConvert, device_ops
 from ..augment.placement import place_ops
+from ..errors import FfcvPairsError
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
 from .index import PageIndex
@@ -63,7 +64,7 @@ class BudgetedLoader(Protocol):
     def num_samples(self) -> int: ...
 
 
-class MemoryBudgetError(ValueError):
+class MemoryBudgetError(FfcvPairsError, ValueError):
     """The loader would not fit in the RAM available (or allowed)."""
 
 

@@ -47,6 +47,7 @@ from ffcv.pipeline.allocation_query import AllocationQuery
 from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.graph import Graph
 
+from ..errors import FfcvPairsError
 from ..format.reader import PairReader
 from .delivery.stage import DeviceStage
 from .memory import PairOSCacheManager, PairProcessCacheManager
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 120.0
 
 
-class LoaderError(RuntimeError):
+class LoaderError(FfcvPairsError, RuntimeError):
     """The loading thread failed; the cause is chained."""
 
 

@@ -37,6 +37,8 @@ from functools import partial
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol, TypeVar
 
+from ..errors import FfcvPairsError
+
 __all__ = ["Watch", "WriteError", "WriteInterrupted", "run_tasks", "signals_as_exceptions"]
 
 T = TypeVar("T")
@@ -53,7 +55,7 @@ _HINTS = {
 }
 
 
-class WriteError(RuntimeError):
+class WriteError(FfcvPairsError, RuntimeError):
     """The writer could not finish: a worker died or made no progress, or the disk is
     full. The message says why, and what ``--resume`` can continue from."""
 

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import FfcvPairsError
+
 if TYPE_CHECKING:
     from ..format.schema import ArraySpec
 
@@ -33,7 +35,7 @@ __all__ = [
 ]
 
 
-class SourceError(ValueError):
+class SourceError(FfcvPairsError, ValueError):
     """A bad input: the message names the file (or index), the value and what is wrong."""
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._checks import integer
 from ..errors import FfcvPairsError
 
 if TYPE_CHECKING:
@@ -109,10 +110,26 @@ def cast_to_store(arr: np.ndarray, store: str | None, where: str) -> np.ndarray:
 
 
 class PairSource(ABC):
-    """An indexed source of ``(A, B, label)`` triples."""
+    """An indexed source of ``(A, B, label)`` triples: ``len(src)``, ``src[i]`` (``i`` may be
+    negative, as for a list) and ``for a, b, label in src``."""
 
     @abstractmethod
     def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> tuple[Any, Any, Any]:
+        """What :meth:`read` returns for sample ``i``.
+
+        Raises:
+            TypeError: ``i`` is not an integer (slices are not taken: a slice of a large
+                source would read it all). IndexError: ``i`` is out of range.
+        """
+        index, n = integer("index", i), len(self)
+        if not -n <= index < n:
+            raise IndexError(f"{self.describe()}: index {index} is out of range for {n} samples")
+        return self.read(index % n)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any, Any]]:
+        return (self.read(i) for i in range(len(self)))
 
     @abstractmethod
     def read(self, i: int) -> tuple[Any, Any, Any]:

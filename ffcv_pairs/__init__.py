@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from .load.loader import LoaderConfig, LoaderError, PairLoader, make_loader
     from .load.truncation import BetonChangedError
     from .write.batched import BatchedSource
-    from .write.layouts import open_source, open_sources
     from .write.persample import PerSampleSource
     from .write.pool import WriteError, WriteInterrupted
+    from .write.source_kinds import open_source, open_sources
     from .write.sources import ArraySource, IndexedSource, PairSource, SourceError
     from .write.writer import WriteReport, write_pairs
 
@@ -69,8 +69,8 @@ _HOMES = {
     "WriteInterrupted": "write.pool",
     "WriteReport": "write.writer",
     "make_loader": "load.loader",
-    "open_source": "write.layouts",
-    "open_sources": "write.layouts",
+    "open_source": "write.source_kinds",
+    "open_sources": "write.source_kinds",
     "write_pairs": "write.writer",
 }
 

@@ -155,7 +155,7 @@ def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
 
 def _write(args: argparse.Namespace) -> int:
     from .format.layout import parse_size
-    from .write.layouts import open_sources
+    from .write.source_kinds import open_sources
     from .write.writer import write_pairs
 
     args = _merge_write_config(args)
@@ -206,7 +206,7 @@ def _verify(args: argparse.Namespace) -> int:
     from .format.sidecar import manifest_path
     from .format.stats import stats_path
     from .write.compare import compare_with_source
-    from .write.layouts import open_source
+    from .write.source_kinds import open_source
 
     samples = None if args.samples == "all" else int(args.samples)
     if samples is not None and samples < 1:

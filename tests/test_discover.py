@@ -15,7 +15,7 @@ from conftest import make_arrays, read_upstream, write_batched, write_per_sample
 from ffcv_pairs.cli import write_main
 from ffcv_pairs.write import batched as batched_module
 from ffcv_pairs.write import discover
-from ffcv_pairs.write.layouts import open_source, open_sources
+from ffcv_pairs.write.source_kinds import open_source, open_sources
 from ffcv_pairs.write.sources import SourceError
 
 

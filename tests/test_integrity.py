@@ -21,7 +21,7 @@ from ffcv_pairs.cli import main
 from ffcv_pairs.format.integrity import describe_block
 from ffcv_pairs.format.sidecar import manifest_path
 from ffcv_pairs.load.budget import MemoryBudgetError
-from ffcv_pairs.write.layouts import open_source
+from ffcv_pairs.write.source_kinds import open_source
 
 N = 120
 

@@ -15,7 +15,7 @@ from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.reader import PairReader
 from ffcv_pairs.format.sidecar import manifest_path
 from ffcv_pairs.inspection import NONFINITE_RGB, preview_png
-from ffcv_pairs.write.layouts import open_source
+from ffcv_pairs.write.source_kinds import open_source
 from ffcv_pairs.write.sources import SourceError
 
 MAGENTA = list(NONFINITE_RGB)

@@ -17,7 +17,7 @@ from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.sidecar import Manifest, manifest_path
 from ffcv_pairs.format.stats import HEADER_BYTES, StatsWarning, hash_stats, stats_path
 from ffcv_pairs.kernels.bytesums import STATS_FIRST, STATS_LAST, STATS_TOTAL, image_stats
-from ffcv_pairs.kernels.photometric import ChannelLayout, image_mean, stored_mean
+from ffcv_pairs.kernels.photometric import ChannelPlanes, image_mean, stored_mean
 from ffcv_pairs.write.shuffle import Permutation
 
 N = 150
@@ -111,22 +111,22 @@ def test_no_stats_for_floats(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "lay", [ChannelLayout(3, 1, 30), ChannelLayout(1, 3, 90), ChannelLayout(1, 1, 30)]
+    "chans", [ChannelPlanes(3, 1, 30), ChannelPlanes(1, 3, 90), ChannelPlanes(1, 1, 30)]
 )
-def test_stored_mean_is_image_mean(lay: ChannelLayout) -> None:
+def test_stored_mean_is_image_mean(chans: ChannelPlanes) -> None:
     """The same float64 when no value clamps; -1 (compute it) when one would."""
-    rng = np.random.default_rng(lay.pixel)
+    rng = np.random.default_rng(chans.pixel)
     for i in range(200):
         top = int(rng.integers(1, 256))
-        x = rng.integers(0, top + 1, lay.planes * lay.plane_size, dtype=np.uint8)
+        x = rng.integers(0, top + 1, chans.planes * chans.plane_size, dtype=np.uint8)
         bright = float(rng.uniform(0.5, 1.5))
-        kind = "first" if lay.planes == 3 else ("last" if lay.pixel == 3 else "total")
+        kind = "first" if chans.planes == 3 else ("last" if chans.pixel == 3 else "total")
         rec = _expected(x[None], kind)[0].astype(np.uint32)
-        got = stored_mean(rec, lay, bright)
+        got = stored_mean(rec, chans, bright)
         if bright * int(x.max()) > 255:
             assert got == -1.0, (i, bright, x.max())
         else:
-            assert got == image_mean(x, lay, bright, True), (i, bright)
+            assert got == image_mean(x, chans, bright, True), (i, bright)
 
 
 def _epoch(path: Path, augment: PairAugment) -> list[np.ndarray]:

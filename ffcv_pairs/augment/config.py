@@ -23,7 +23,7 @@ e.g. 0-255 for uint8) and ``out_dtype`` are applied after the batch reaches
 ``device`` (the GPU when there is one), so the host moves compact uint8.
 
 Every random number is a hash of ``(seed, epoch, sample_id, op)``: identical
-for A and B, and the same for every run, thread count, rank layout and order.
+for A and B, and the same for every run, thread count, number of ranks and order.
 """
 
 from __future__ import annotations
@@ -240,8 +240,8 @@ class PairAugment:
     def has_photometric(self) -> bool:
         return bool(self.brightness or self.contrast or self.noise_std)
 
-    def layouts(self, schema: PairSchema) -> dict[str, ImageAxes]:
-        """The layout of each image field, checked against this config."""
+    def field_axes(self, schema: PairSchema) -> dict[str, ImageAxes]:
+        """The :class:`ImageAxes` of each image field, checked against this config."""
         out = {
             name: image_axes(schema.spec(name), self.channels, name) for name in schema.IMAGE_FIELDS
         }
@@ -262,31 +262,34 @@ class PairAugment:
                 f"augment value_range={self.value_range} is for floating-point images; A and "
                 f"B are {schema.spec(schema.IMAGE_FIELDS[0]).dtype} (clamped to their dtype)"
             )
-        for name, lay in out.items():
+        for name, axes in out.items():
             self._check_fill(name, schema.spec(name))
-            oh, ow = self.out_size if self.out_size is not None else (lay.height, lay.width)
+            oh, ow = self.out_size if self.out_size is not None else (axes.height, axes.width)
             if self.crop is not None:
-                room = (lay.height + 2 * self.crop_padding, lay.width + 2 * self.crop_padding)
+                room = (axes.height + 2 * self.crop_padding, axes.width + 2 * self.crop_padding)
                 if oh > room[0] or ow > room[1]:
                     raise ValueError(
                         f"augment crop={self.crop} is larger than {name}'s image "
-                        f"{(lay.height, lay.width)} plus 2*crop_padding={2 * self.crop_padding}"
+                        f"{(axes.height, axes.width)} plus 2*crop_padding={2 * self.crop_padding}"
                     )
             if self.rot90 and oh != ow:
                 raise ValueError(f"augment rot90 needs a square output, got {(oh, ow)}")
-            if self.pad_mode == "reflect" and self.crop_padding >= min(lay.height, lay.width):
+            if self.pad_mode == "reflect" and self.crop_padding >= min(axes.height, axes.width):
                 raise ValueError(
                     f"augment crop_padding={self.crop_padding} must be smaller than "
                     f"{name}'s image size for pad_mode='reflect'"
                 )
             if self.normalize_mean is not None:
                 for key in ("normalize_mean", "normalize_std"):
-                    if len(getattr(self, key)) != lay.num_channels:
+                    if len(getattr(self, key)) != axes.num_channels:
                         raise ValueError(
                             f"augment {key} has {len(getattr(self, key))} values but {name} "
-                            f"has {lay.num_channels} channel(s) (shape {schema.spec(name).shape})"
+                            f"has {axes.num_channels} channel(s) (shape {schema.spec(name).shape})"
                         )
         return out
+
+    #: The name before issue 30 ("layout" now means the ``.beton``'s page layout only).
+    layouts = field_axes
 
     def _check_fill(self, name: str, spec: ArraySpec) -> None:
         """``fill`` must be a value of the stored dtype: padding never wraps or rounds."""
@@ -300,13 +303,13 @@ class PairAugment:
                 f"whole number in [{info.min}, {info.max}]"
             )
 
-    def output_shape(self, layout: ImageAxes) -> tuple[int, ...]:
-        oh, ow = self.out_size if self.out_size is not None else (layout.height, layout.width)
-        return layout.shape(oh, ow)
+    def output_shape(self, axes: ImageAxes) -> tuple[int, ...]:
+        oh, ow = self.out_size if self.out_size is not None else (axes.height, axes.width)
+        return axes.shape(oh, ow)
 
-    def geometry_config(self, layout: ImageAxes) -> GeometryConfig:
+    def geometry_config(self, axes: ImageAxes) -> GeometryConfig:
         """What the geometry kernels read (see :mod:`ffcv_pairs.kernels.geometry`)."""
-        oh, ow = self.out_size if self.out_size is not None else (layout.height, layout.width)
+        oh, ow = self.out_size if self.out_size is not None else (axes.height, axes.width)
         scale = self.scale_range if self.resizes else (1.0, 1.0)
         return GeometryConfig(
             hflip=float(self.hflip),

@@ -21,7 +21,7 @@ from ffcv.pipeline.state import State
 
 from ..format.schema import PairSchema
 from ..kernels.noise import normal_table
-from ..kernels.photometric import ChannelLayout, PhotometricConfig, photometric
+from ..kernels.photometric import ChannelPlanes, PhotometricConfig, photometric
 from ..kernels.pixels import photometric_uint8
 from ..kernels.resize import ResizePlan, resized_crop
 from .config import ImageAxes, PairAugment
@@ -32,17 +32,17 @@ __all__ = [
     "NormalizeConvert",
     "Photometric",
     "ResizedCrop",
-    "channel_layout",
+    "channel_planes",
     "cpu_ops",
     "device_ops",
 ]
 
 
-def channel_layout(layout: ImageAxes, shape: tuple[int, ...]) -> ChannelLayout:
-    """The kernels' :class:`~ffcv_pairs.kernels.photometric.ChannelLayout` of an image of
-    ``shape`` (the output of the ops before) laid out as ``layout``."""
+def channel_planes(axes: ImageAxes, shape: tuple[int, ...]) -> ChannelPlanes:
+    """The kernels' :class:`~ffcv_pairs.kernels.photometric.ChannelPlanes` of an image of
+    ``shape`` (the output of the ops before) laid out as ``axes``."""
     n = int(np.prod(shape))
-    return ChannelLayout(layout.planes, layout.pixel, n // layout.planes)
+    return ChannelPlanes(axes.planes, axes.pixel, n // axes.planes)
 
 
 def _numeric(batch: np.ndarray) -> np.ndarray:
@@ -53,11 +53,11 @@ def _numeric(batch: np.ndarray) -> np.ndarray:
 class ResizedCrop(Operation):
     """Random resized crop (bilinear) + flips + rot90 + translate, shared by A and B."""
 
-    def __init__(self, augment: PairAugment, layout: ImageAxes, clock: np.ndarray, tag: int):
+    def __init__(self, augment: PairAugment, axes: ImageAxes, clock: np.ndarray, tag: int):
         super().__init__()
-        self.layout, self.clock, self.tag = layout, clock, tag
-        self.geo = augment.geometry_config(layout)
-        self.out_shape = augment.output_shape(layout)
+        self.axes, self.clock, self.tag = axes, clock, tag
+        self.geo = augment.geometry_config(axes)
+        self.out_shape = augment.output_shape(axes)
 
     def declare_state_and_memory(self, previous_state: State):
         return replace(previous_state, jit_mode=True, shape=self.out_shape), AllocationQuery(
@@ -65,7 +65,7 @@ class ResizedCrop(Operation):
         )
 
     def generate_code(self) -> Callable:
-        lay, geo, clock, tag = self.layout, self.geo, self.clock, self.tag
+        ax, geo, clock, tag = self.axes, self.geo, self.clock, self.tag
         oh, ow = geo.out_h, geo.out_w
 
         def crop(images, dst, indices):
@@ -73,7 +73,7 @@ class ResizedCrop(Operation):
             src = _numeric(images[:n]).reshape(n, -1)
             out = dst[:n] if dst.dtype != np.float16 else np.empty(dst[:n].shape, np.float32)
             integer = out.dtype == np.uint8
-            plan = ResizePlan(lay.planes, lay.height, lay.width, lay.pixel, oh, ow, integer)
+            plan = ResizePlan(ax.planes, ax.height, ax.width, ax.pixel, oh, ow, integer)
             resized_crop(indices, src, out.reshape(n, -1), plan, geo, clock, tag)
             if out is not dst[:n]:
                 dst[:n] = out
@@ -92,28 +92,28 @@ class Photometric(Operation):
     """
 
     def __init__(
-        self, augment: PairAugment, layout: ImageAxes, clock: np.ndarray, tag: int, name: str
+        self, augment: PairAugment, axes: ImageAxes, clock: np.ndarray, tag: int, name: str
     ):
         super().__init__()
         self.cfg = augment.photometric_config()
-        self.layout, self.clock, self.tag, self.name = layout, clock, tag, name
-        self.shape = augment.output_shape(layout)
+        self.axes, self.clock, self.tag, self.name = axes, clock, tag, name
+        self.shape = augment.output_shape(axes)
 
     def declare_state_and_memory(self, previous_state: State):
         return previous_state, None
 
     def generate_code(self) -> Callable:
         cfg, clock, tag, table = self.cfg, self.clock, self.tag, normal_table()
-        lay, name = channel_layout(self.layout, self.shape), self.name
+        chans, name = channel_planes(self.axes, self.shape), self.name
 
         def jitter(images, _, indices):
             n = len(indices)
             work = _numeric(images[:n]).reshape(n, -1)
             if work.dtype == np.uint8:
-                photometric_uint8(indices, work, cfg, clock, tag, lay, table)
+                photometric_uint8(indices, work, cfg, clock, tag, chans, table)
                 return images
             outside = np.zeros((n, 3), dtype=np.float64)
-            photometric(indices, work, cfg, clock, tag, lay, table, outside)
+            photometric(indices, work, cfg, clock, tag, chans, table, outside)
             if outside[:, 0].any():
                 _refuse_outside(indices, outside, cfg, name)
             if images.dtype == np.float16:
@@ -207,13 +207,13 @@ def cpu_ops(
     (none when the decoder fuses them)."""
     if placement.fused:
         return []
-    layout = augment.layouts(schema)[name]
+    axes = augment.field_axes(schema)[name]
     tag = schema.IMAGE_FIELDS.index(name)
     ops: list[Operation] = []
     if augment.resizes:
-        ops.append(ResizedCrop(augment, layout, clock, tag))
+        ops.append(ResizedCrop(augment, axes, clock, tag))
     if augment.has_photometric:
-        ops.append(Photometric(augment, layout, clock, tag, name))
+        ops.append(Photometric(augment, axes, clock, tag, name))
     return ops
 
 
@@ -224,11 +224,11 @@ def device_ops(
     unless the decoder did (then at most a bfloat16 view of its bits)."""
     if placement.cpu_output:
         return [AsBFloat16()] if placement.output_dtype == "bfloat16" else []
-    layout = augment.layouts(schema)[name]
+    axes = augment.field_axes(schema)[name]
     stored = schema.spec(name).dtype
     out = augment.resolved_out_dtype(stored)
     if augment.normalize_mean is None and out == stored:
         return []
     return [
-        NormalizeConvert(augment.normalize_mean, augment.normalize_std, out, layout.channel_axis())
+        NormalizeConvert(augment.normalize_mean, augment.normalize_std, out, axes.channel_axis())
     ]

@@ -48,8 +48,8 @@ def place_ops(augment: PairAugment | None, schema: PairSchema, on_cpu: bool) -> 
     stored = dtypes.pop() if len(dtypes) == 1 else ""
     if augment is None or stored != "uint8":
         return OpPlacement(False, stored or "mixed", False)
-    a, b = (augment.layouts(schema)[name] for name in schema.IMAGE_FIELDS)
-    if a != b:  # the fused kernel shares one output layout between A and B
+    a, b = (augment.field_axes(schema)[name] for name in schema.IMAGE_FIELDS)
+    if a != b:  # the fused kernel shares one output shape between A and B
         return OpPlacement(False, stored, False)
     cpu_output = on_cpu and _converts(augment, stored)
     fused = augment.resizes or augment.has_photometric or cpu_output

@@ -110,7 +110,7 @@ class Manifest:
         fingerprint: What identified the source and settings (see
             :mod:`ffcv_pairs.write.journal`), so ``--resume`` can skip a finished file.
         stats: The image-statistics sidecar (:mod:`~ffcv_pairs.format.stats`):
-            ``{"format", "file", "sha256", "layouts": {field: layout or None}}``;
+            ``{"format", "file", "sha256", "layouts": {field: stats kind or None}}``;
             None: not written (no uint8 field, or a resumed run that started without it).
     """
 

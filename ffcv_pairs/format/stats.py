@@ -9,7 +9,7 @@ The writer computes them as it packs the pages (see
 File layout: a :data:`HEADER_BYTES` header (magic, the `.beton`'s whole-file
 digest ``root_sha256`` as 32 bytes, the sample count), then ``num_samples``
 records of ``uint32[2, 4]``, little-endian: for A then B, ``[max, s0, s1, s2]``.
-The sums follow the field's :func:`stats_layout`:
+The sums follow the field's :func:`stats_kind`:
 
 * ``"first"`` (shape ``(3, H, W)``): ``s0..s2`` sum each channel plane;
 * ``"last"`` (shape ``(H, W, 3)``): ``s0..s2`` sum each interleaved channel;
@@ -42,15 +42,15 @@ __all__ = [
     "HEADER_BYTES",
     "RECORD_SHAPE",
     "STATS_FORMAT",
-    "StatsLayout",
+    "StatsKind",
     "StatsWarning",
-    "field_layouts",
+    "field_stats_kinds",
     "hash_stats",
     "open_stats",
     "record_offset",
     "stats_entry",
     "stats_header",
-    "stats_layout",
+    "stats_kind",
     "stats_path",
     "stats_size",
 ]
@@ -60,7 +60,7 @@ MAGIC = b"ffcv-pairs-stats"  # 16 bytes
 HEADER_BYTES = 64
 RECORD_SHAPE = (2, 4)  # per sample: A and B, each [max, s0, s1, s2] as uint32
 _MAX_ELEMENTS = (2**32 - 1) // 255  # larger images could overflow a uint32 sum
-StatsLayout = Literal["first", "last", "total"]
+StatsKind = Literal["first", "last", "total"]
 
 
 class StatsWarning(FfcvPairsError, UserWarning):
@@ -72,7 +72,7 @@ def stats_path(beton: str | os.PathLike[str]) -> Path:
     return Path(f"{os.fspath(beton)}.stats")
 
 
-def stats_layout(spec: ArraySpec) -> StatsLayout | None:
+def stats_kind(spec: ArraySpec) -> StatsKind | None:
     """How the sums of a field are taken (module docstring); None: no statistics (not
     uint8, or so large that a sum could overflow 32 bits)."""
     if spec.dtype != "uint8" or int(np.prod(spec.shape)) > _MAX_ELEMENTS:
@@ -90,14 +90,15 @@ def record_offset(sample: int) -> int:
     return HEADER_BYTES + sample * int(np.prod(RECORD_SHAPE)) * 4
 
 
-def field_layouts(schema: PairSchema) -> dict[str, StatsLayout | None]:
-    """:func:`stats_layout` of each image field, by name."""
-    return {name: stats_layout(schema.spec(name)) for name in schema.IMAGE_FIELDS}
+def field_stats_kinds(schema: PairSchema) -> dict[str, StatsKind | None]:
+    """:func:`stats_kind` of each image field, by name."""
+    return {name: stats_kind(schema.spec(name)) for name in schema.IMAGE_FIELDS}
 
 
 def stats_entry(schema: PairSchema, file: str) -> dict[str, Any]:
     """The checksum sidecar's ``stats`` entry for ``file``, before its ``sha256`` is known."""
-    return {"format": STATS_FORMAT, "file": file, "layouts": field_layouts(schema)}
+    # The key keeps its first name ("layouts"), so files written before still read.
+    return {"format": STATS_FORMAT, "file": file, "layouts": field_stats_kinds(schema)}
 
 
 def stats_size(num_samples: int) -> int:

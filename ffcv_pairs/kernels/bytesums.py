@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 WIDTH = 64  # bytes per vector
-# How image_stats sums an image's values (see ffcv_pairs.format.stats.stats_layout).
+# How image_stats sums an image's values (see ffcv_pairs.format.stats.stats_kind).
 STATS_FIRST, STATS_LAST, STATS_TOTAL = 0, 1, 2
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from .decode import BatchRefs
 from .geometry import geometry_params
-from .photometric import ChannelLayout, PixelDraw, draw_pixels, image_mean, stored_mean
+from .photometric import ChannelPlanes, PixelDraw, draw_pixels, image_mean, stored_mean
 from .pixels import OUT_UINT8, OutputSpec, new_pixel_work
 from .pixels import finish_image as finish
 from .planes import PlaneMove, move_plane
@@ -82,7 +82,7 @@ def _resize_plan(plan, geo):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _channels(plan, geo):  # pragma: no cover - JIT
-    return ChannelLayout(plan.planes, plan.pixel_bytes, geo.out_h * geo.out_w * plan.pixel_bytes)
+    return ChannelPlanes(plan.planes, plan.pixel_bytes, geo.out_h * geo.out_w * plan.pixel_bytes)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -119,12 +119,12 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
         start = batch.ptr_a[row] if t == 0 else batch.ptr_b[row]
         if t == 1 and not geo.paired:
             place = geometry_params(geo, clock, sid, 1, plan.height, plan.width)
-        lay = _channels(plan, geo)
+        chans = _channels(plan, geo)
         if geo.resize and ops.kind == OUT_UINT8 and not ops.photometric:
             resize_sample(job.mm, start, out, 0, _resize_plan(plan, geo), place, work.resize)
             continue
         if geo.identity:
-            x = job.mm[start : start + lay.planes * lay.plane_size]
+            x = job.mm[start : start + chans.planes * chans.plane_size]
         else:
             _geometry(job, start, t, place, work)
             x = work.stage[:]
@@ -133,10 +133,10 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
             draw = draw_pixels(job.photo, clock, sid, t)
         mean = -1.0 if job.photo.contrast > 0 else 0.0
         if mean < 0.0 and ops.stats_use[t]:
-            mean = stored_mean(ops.stats[sid, t], lay, draw.bright)
+            mean = stored_mean(ops.stats[sid, t], chans, draw.bright)
         if mean < 0.0:
-            mean = image_mean(x, lay, draw.bright, True)
-        finish(x, out, lay, draw, mean, OutputSpec(ops.kind, ops.norm[t], ops.table), work.pixels)
+            mean = image_mean(x, chans, draw.bright, True)
+        finish(x, out, chans, draw, mean, OutputSpec(ops.kind, ops.norm[t], ops.table), work.pixels)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -40,7 +40,7 @@ from .noise import noise_block
 
 __all__ = [
     "LUMA",
-    "ChannelLayout",
+    "ChannelPlanes",
     "PhotometricConfig",
     "PixelDraw",
     "draw_pixels",
@@ -65,7 +65,7 @@ class PhotometricConfig(NamedTuple):
     high: float
 
 
-class ChannelLayout(NamedTuple):
+class ChannelPlanes(NamedTuple):
     """Where the channels of one (output) image are: ``planes`` planes of ``plane_size``
     elements, each pixel ``pixel`` interleaved channels (CHW: ``(C, 1)``; HWC: ``(1, C)``)."""
 
@@ -112,13 +112,13 @@ def _threshold(bright):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _channel_sums(x, lay, channel, t):  # pragma: no cover - JIT
+def _channel_sums(x, chans, channel, t):  # pragma: no cover - JIT
     """Over one channel of the uint8 image ``x``: ``(sum of the values below t, count of
     the values >= t)``."""
-    if lay.pixel == 1:
-        return clamped_sums(x[channel * lay.plane_size : (channel + 1) * lay.plane_size], t)
+    if chans.pixel == 1:
+        return clamped_sums(x[channel * chans.plane_size : (channel + 1) * chans.plane_size], t)
     low, high = np.int64(0), np.int64(0)
-    for j in range(channel, lay.plane_size, lay.pixel):
+    for j in range(channel, chans.plane_size, chans.pixel):
         v = np.int64(x[j])
         low += v if v < t else 0
         high += 1 if v >= t else 0
@@ -126,53 +126,53 @@ def _channel_sums(x, lay, channel, t):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _float_sum(x, lay, channel):  # pragma: no cover - JIT
+def _float_sum(x, chans, channel):  # pragma: no cover - JIT
     """The sum over one channel of the float image ``x``."""
-    if lay.pixel == 1:
-        seg = x[channel * lay.plane_size : (channel + 1) * lay.plane_size]
+    if chans.pixel == 1:
+        seg = x[channel * chans.plane_size : (channel + 1) * chans.plane_size]
         return np.sum(seg.astype(np.float64))
     total = 0.0
-    for j in range(channel, lay.plane_size, lay.pixel):
+    for j in range(channel, chans.plane_size, chans.pixel):
         total += np.float64(x[j])
     return total
 
 
 @nb.njit(cache=True, nogil=True)
-def image_mean(x, lay, bright, integer):  # pragma: no cover - JIT
+def image_mean(x, chans, bright, integer):  # pragma: no cover - JIT
     """The contrast mean ``m`` of one image ``x`` (1-d) after brightness ``bright``
     (``integer``: uint8, where brightness clamps at 255).
 
     For uint8 every value is summed exactly as an integer; with ``high`` the count of
     values that clamp, a channel's sum after brightness is ``bright * low + 255 * high``.
     """
-    channels = lay.planes * lay.pixel
-    pixels = lay.planes * lay.plane_size // channels
+    channels = chans.planes * chans.pixel
+    pixels = chans.planes * chans.plane_size // channels
     if not integer:
         total = 0.0
         for k in range(channels):
-            total += (LUMA[k] if channels == 3 else 1.0) * (bright * _float_sum(x, lay, k))
+            total += (LUMA[k] if channels == 3 else 1.0) * (bright * _float_sum(x, chans, k))
         return total / (pixels if channels == 3 else pixels * channels)
     t = _threshold(bright)
     if channels == 3:
-        l0, h0 = _channel_sums(x, lay, 0, t)
-        l1, h1 = _channel_sums(x, lay, 1, t)
-        l2, h2 = _channel_sums(x, lay, 2, t)
-        return _clamped_mean((l0, l1, l2), (h0, h1, h2), lay, bright)
+        l0, h0 = _channel_sums(x, chans, 0, t)
+        l1, h1 = _channel_sums(x, chans, 1, t)
+        l2, h2 = _channel_sums(x, chans, 2, t)
+        return _clamped_mean((l0, l1, l2), (h0, h1, h2), chans, bright)
     lows, highs = np.int64(0), np.int64(0)
     for k in range(channels):
-        low, high = _channel_sums(x, lay, k, t)
+        low, high = _channel_sums(x, chans, k, t)
         lows, highs = lows + low, highs + high
     none = np.int64(0)
-    return _clamped_mean((lows, none, none), (highs, none, none), lay, bright)
+    return _clamped_mean((lows, none, none), (highs, none, none), chans, bright)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _clamped_mean(lows, highs, lay, bright):  # pragma: no cover - JIT
+def _clamped_mean(lows, highs, chans, bright):  # pragma: no cover - JIT
     """The contrast mean of a uint8 image from its integer sums: per channel (3 channels:
     luma weights) or in the first entry (any other count), ``lows`` the sum of the values
     below the clamp and ``highs`` the count at or above it (each becomes 255)."""
-    channels = lay.planes * lay.pixel
-    pixels = lay.planes * lay.plane_size // channels
+    channels = chans.planes * chans.pixel
+    pixels = chans.planes * chans.plane_size // channels
     if channels == 3:
         total = 0.0
         for k in range(3):
@@ -182,26 +182,26 @@ def _clamped_mean(lows, highs, lay, bright):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def stored_mean(rec, lay, bright):  # pragma: no cover - JIT
+def stored_mean(rec, chans, bright):  # pragma: no cover - JIT
     """:func:`image_mean` of a uint8 image from its stored statistics ``rec``
-    (``[max, s0, s1, s2]``, :mod:`~ffcv_pairs.format.stats`, summed in ``lay``'s channel
+    (``[max, s0, s1, s2]``, :mod:`~ffcv_pairs.format.stats`, summed in ``chans``'s channel
     order when it has 3 channels), the same float64 value; -1 when a value would clamp
     (the sums then do not give the mean)."""
     if np.int64(rec[0]) >= _threshold(bright):
         return -1.0
     sums = (np.int64(rec[1]), np.int64(rec[2]), np.int64(rec[3]))
     none = np.int64(0)
-    if lay.planes * lay.pixel != 3:  # the total sits in s0 (s1 = s2 = 0)
+    if chans.planes * chans.pixel != 3:  # the total sits in s0 (s1 = s2 = 0)
         sums = (sums[0] + sums[1] + sums[2], none, none)
-    return _clamped_mean(sums, (none, none, none), lay, bright)
+    return _clamped_mean(sums, (none, none, none), chans, bright)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
-def photometric(ids, x, cfg, clock, tag, lay, table, outside):  # pragma: no cover - JIT
+def photometric(ids, x, cfg, clock, tag, chans, table, outside):  # pragma: no cover - JIT
     """In place, float32 images ``x`` ``(batch, elements)``: the module's definition, clamped
     to ``[cfg.low, cfg.high]`` after brightness and at the end.
 
-    ``lay``: :class:`ChannelLayout`; ``table``: :func:`~ffcv_pairs.kernels.noise.normal_table`;
+    ``chans``: :class:`ChannelPlanes`; ``table``: :func:`~ffcv_pairs.kernels.noise.normal_table`;
     ``outside[i]``: set to image ``i``'s ``[count of input values outside the range, their
     min, their max]`` (the caller refuses such data rather than clamp it silently).
     """
@@ -218,7 +218,7 @@ def photometric(ids, x, cfg, clock, tag, lay, table, outside):  # pragma: no cov
                 low, high = min(low, v), max(high, v)
             img[j] = min(max(np.float32(d.bright * v), lo), hi)
         outside[i, 0], outside[i, 1], outside[i, 2] = bad, low, high
-        m = image_mean(img, lay, 1.0, False) if cfg.contrast > 0 else 0.0
+        m = image_mean(img, chans, 1.0, False) if cfg.contrast > 0 else 0.0
         noise = np.zeros(n, np.float32)
         if cfg.noise_std > 0:
             noise_block(d.noise_key, 0, noise, np.float32(d.noise_std), table)

@@ -56,10 +56,10 @@ class PixelWork(NamedTuple):
 
 
 @nb.njit(cache=True, nogil=True)
-def new_pixel_work(lay):  # pragma: no cover - JIT
-    """A :class:`PixelWork` for images of :class:`~ffcv_pairs.kernels.photometric.ChannelLayout`
-    ``lay``."""
-    n = CHUNK * lay.pixel
+def new_pixel_work(chans):  # pragma: no cover - JIT
+    """A :class:`PixelWork` for images of :class:`~ffcv_pairs.kernels.photometric.ChannelPlanes`
+    ``chans``."""
+    n = CHUNK * chans.pixel
     return PixelWork(
         np.empty(n, np.float32),
         np.zeros(n, np.float32),
@@ -155,11 +155,11 @@ def _chunk(xs, out, draw, offset, spec, work, channel):  # pragma: no cover - JI
 
 
 @nb.njit(cache=True, nogil=True)
-def finish_image(x, dst, lay, draw, mean, spec, work):  # pragma: no cover - JIT
+def finish_image(x, dst, chans, draw, mean, spec, work):  # pragma: no cover - JIT
     """``dst`` (1-d, the output's dtype) from the uint8 image ``x`` (1-d, same length).
 
     Args:
-        lay: :class:`~ffcv_pairs.kernels.photometric.ChannelLayout` of the image.
+        chans: :class:`~ffcv_pairs.kernels.photometric.ChannelPlanes` of the image.
         draw: Its :class:`~ffcv_pairs.kernels.photometric.PixelDraw` (factors 1, no noise:
             no photometric op).
         mean: Its contrast mean (see :func:`~ffcv_pairs.kernels.photometric.image_mean`).
@@ -168,19 +168,19 @@ def finish_image(x, dst, lay, draw, mean, spec, work):  # pragma: no cover - JIT
     """
     offset = np.float32((1.0 - draw.contrast) * mean + 0.5)
     std = np.float32(draw.noise_std)
-    p = lay.pixel
+    p = chans.pixel
     photo = draw.bright != 1.0 or draw.contrast != 1.0 or draw.noise_std > 0
     # Buffers are needed for noise, and for a photometric result that is then normalised;
     # otherwise a plane is one chunk (a call per chunk costs as much as 4 KB of pixels).
     buffered = draw.noise_std > 0 or (photo and spec.kind != OUT_UINT8) or p > 1
-    chunk = work.q.shape[0] if buffered else lay.plane_size
+    chunk = work.q.shape[0] if buffered else chans.plane_size
     if p > 1 and spec.kind != OUT_UINT8:  # interleaved channels: constants per element
         for j in range(chunk):
             work.shift[j], work.scale[j] = spec.norm[0, j % p], spec.norm[1, j % p]
-    for k in range(lay.planes):
-        base = k * lay.plane_size
-        for j0 in range(0, lay.plane_size, chunk):
-            n = min(chunk, lay.plane_size - j0)
+    for k in range(chans.planes):
+        base = k * chans.plane_size
+        for j0 in range(0, chans.plane_size, chunk):
+            n = min(chunk, chans.plane_size - j0)
             if draw.noise_std > 0:
                 noise_block(draw.noise_key, base + j0, work.noise[:n], std, spec.table)
             xs, out = x[base + j0 : base + j0 + n], dst[base + j0 : base + j0 + n]
@@ -188,13 +188,13 @@ def finish_image(x, dst, lay, draw, mean, spec, work):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
-def photometric_uint8(ids, x, cfg, clock, tag, lay, table):  # pragma: no cover - JIT
+def photometric_uint8(ids, x, cfg, clock, tag, chans, table):  # pragma: no cover - JIT
     """In place, uint8 images ``x`` ``(batch, elements)``: the photometric ops as a separate
     CPU op (when A and B have different dtypes; otherwise the decoder fuses them)."""
-    norm = np.zeros((2, lay.planes * lay.pixel), np.float32)
+    norm = np.zeros((2, chans.planes * chans.pixel), np.float32)
     norm[1] = 1.0
     for i in nb.prange(len(ids)):
         spec = OutputSpec(OUT_UINT8, norm, table)
         d = draw_pixels(cfg, clock, ids[i], tag)
-        m = image_mean(x[i], lay, d.bright, True) if cfg.contrast > 0 else 0.0
-        finish_image(x[i], x[i], lay, d, m, spec, new_pixel_work(lay))
+        m = image_mean(x[i], chans, d.bright, True) if cfg.contrast > 0 else 0.0
+        finish_image(x[i], x[i], chans, d, m, spec, new_pixel_work(chans))

@@ -161,7 +161,7 @@ def estimate_memory(loader: BudgetedLoader, local_ranks: int) -> MemoryEstimate:
                 out = aug.resolved_out_dtype(loader.schema.spec(name).dtype)
                 item = torch.empty(0, dtype=getattr(torch, out)).element_size()
                 elems = cfg.batch_size * int(
-                    np.prod(aug.output_shape(aug.layouts(loader.schema)[name]))
+                    np.prod(aug.output_shape(aug.field_axes(loader.schema)[name]))
                 )
                 # Device-stage outputs are new tensors: every queued and held batch keeps
                 # one; the batch being made also has two float32 intermediates.

@@ -45,22 +45,22 @@ def planes_view(batch: np.ndarray, planes: int, height: int) -> np.ndarray:
 class _FieldOutput:
     """How the decoder reads one field (``plan``, for the kernel) and what it writes."""
 
-    def __init__(self, spec: ArraySpec, layout: ImageAxes | None, aug: PairAugment | None):
+    def __init__(self, spec: ArraySpec, axes: ImageAxes | None, aug: PairAugment | None):
         self.spec = spec
         self.dtype = spec.np_dtype
         geometric = aug is not None and aug.has_geometry and not aug.resizes
-        if layout is None or aug is None or not geometric:
+        if axes is None or aug is None or not geometric:
             self.out_shape = spec.shape
             self.plan = FieldPlan(1, 1, spec.nbytes, 1)
             self.fill = np.zeros(1, dtype=np.uint8)
             self.out_planes, self.out_height = 1, 1
             return
         item = spec.np_dtype.itemsize
-        self.out_shape = aug.output_shape(layout)
-        self.fill = np.full(layout.pixel, aug.fill, dtype=spec.np_dtype).view(np.uint8)
-        self.plan = FieldPlan(layout.planes, layout.height, layout.width, layout.pixel * item)
-        self.out_planes = layout.planes
-        self.out_height = aug.out_size[0] if aug.out_size is not None else layout.height
+        self.out_shape = aug.output_shape(axes)
+        self.fill = np.full(axes.pixel, aug.fill, dtype=spec.np_dtype).view(np.uint8)
+        self.plan = FieldPlan(axes.planes, axes.height, axes.width, axes.pixel * item)
+        self.out_planes = axes.planes
+        self.out_height = aug.out_size[0] if aug.out_size is not None else axes.height
 
 
 #: No geometric op: the decoder copies each image whole.
@@ -96,9 +96,9 @@ class PairDecoder(Operation):
         stats: tuple[np.ndarray, dict[str, str | None]] | None = None,
     ):
         super().__init__()
-        layouts = augment.layouts(schema) if augment is not None else {}
+        axes = augment.field_axes(schema) if augment is not None else {}
         self.fields = [
-            _FieldOutput(schema.spec(n), layouts.get(n), augment) for n in schema.IMAGE_FIELDS
+            _FieldOutput(schema.spec(n), axes.get(n), augment) for n in schema.IMAGE_FIELDS
         ]
         self.fused = None
         if augment is not None and placement is not None and placement.fused:
@@ -107,7 +107,7 @@ class PairDecoder(Operation):
                 out.out_shape, out.dtype = shape, self.fused.dtype
         geometric = augment is not None and augment.has_geometry and not augment.resizes
         if augment is not None and geometric:
-            self.geo = augment.geometry_config(layouts[schema.IMAGE_FIELDS[0]])
+            self.geo = augment.geometry_config(axes[schema.IMAGE_FIELDS[0]])
         else:
             self.geo = _IDENTITY
         self.ptr_b, self.clock = ptr_b, clock

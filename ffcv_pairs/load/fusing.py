@@ -65,16 +65,16 @@ def _no_stats() -> np.ndarray:
 
 
 def _stats_use(
-    augment: PairAugment, layouts: dict[str, ImageAxes], stored: dict[str, str | None]
+    augment: PairAugment, axes: dict[str, ImageAxes], stored: dict[str, str | None]
 ) -> np.ndarray:
     """Whether each field's contrast mean may come from its stored statistics: contrast
     is on, the geometry moves every pixel without dropping or adding any (flips, quarter
     turns), and a 3-channel image was summed per channel in the loader's channel order."""
     keeps_pixels = augment.out_size is None and not any(augment.translate)
     use = np.zeros(2, dtype=np.bool_)
-    for t, (name, lay) in enumerate(layouts.items()):
+    for t, (name, ax) in enumerate(axes.items()):
         summed = stored.get(name)
-        per_channel = lay.num_channels != 3 or summed == lay.channels
+        per_channel = ax.num_channels != 3 or summed == ax.channels
         use[t] = augment.contrast > 0 and keeps_pixels and summed is not None and per_channel
     return use
 
@@ -89,10 +89,10 @@ def fused_config(
     """The :class:`FusedConfig` of ``augment`` on uint8 files of ``schema``; ``stats``: the
     file's image statistics and how each field was summed (see
     :mod:`~ffcv_pairs.format.stats`), or None."""
-    layouts = augment.layouts(schema)
-    a, b = (layouts[n] for n in schema.IMAGE_FIELDS)
+    axes = augment.field_axes(schema)
+    a, b = (axes[n] for n in schema.IMAGE_FIELDS)
     records, stored = (_no_stats(), {}) if stats is None else stats
-    plans = [FieldPlan(lay.planes, lay.height, lay.width, lay.pixel) for lay in (a, b)]
+    plans = [FieldPlan(ax.planes, ax.height, ax.width, ax.pixel) for ax in (a, b)]
     fills = np.full((2, max(a.pixel, b.pixel)), augment.fill, dtype=np.float64)
     kind, dtype = _KINDS[placement.output_dtype]
     ops = FusedOps(
@@ -103,7 +103,7 @@ def fused_config(
         fills=np.clip(fills, 0, 255).astype(np.uint8),
         clock=clock,
         stats=records,
-        stats_use=_stats_use(augment, {n: layouts[n] for n in schema.IMAGE_FIELDS}, stored),
+        stats_use=_stats_use(augment, {n: axes[n] for n in schema.IMAGE_FIELDS}, stored),
         threads=1,
     )
     return FusedConfig(

@@ -134,7 +134,8 @@ class SplitFiles:
     kinds: dict[str, FileFamily]
 
     @property
-    def layouts(self) -> list[str]:
+    def source_kinds(self) -> list[str]:
+        """The kinds of source whose files were found: ``per-sample``, ``batched``."""
         found = []
         if any(k in self.kinds for k in PER_SAMPLE_KINDS):
             found.append("per-sample")

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..format.layout import BetonLayout
 from ..format.sidecar import Manifest, block_digest, manifest_path, root_digest
-from ..format.stats import field_layouts, hash_stats, stats_header, stats_path, stats_size
+from ..format.stats import field_stats_kinds, hash_stats, stats_header, stats_path, stats_size
 from .testhook import hook
 
 __all__ = [
@@ -77,7 +77,7 @@ def open_stats_partial(files: Outputs, layout: BetonLayout, resumed: bool) -> in
     resumed run has none (it began before the writer kept statistics): that file is then
     finished without them."""
     path, size = files.stats_partial, stats_size(layout.num_samples)
-    if not any(field_layouts(layout.schema).values()):
+    if not any(field_stats_kinds(layout.schema).values()):
         return None
     if resumed and not (path.exists() and path.stat().st_size == size):
         path.unlink(missing_ok=True)

@@ -1,7 +1,8 @@
-"""Open the ``.pt`` files of one or several splits: one directory scan, any layout.
+"""Open the ``.pt`` files of one or several splits: one directory scan, either kind of
+source (per-sample or batched files), chosen by the ``layout`` keyword or found.
 
 Example:
-    >>> from ffcv_pairs.write.layouts import open_sources
+    >>> from ffcv_pairs.write.source_kinds import open_sources
     >>> train, val = open_sources("data/pt", ["train", "val"])
 """
 
@@ -15,18 +16,19 @@ from .discover import SplitFiles, scan
 from .persample import PerSampleSource
 from .sources import PairSource, SourceError
 
-__all__ = ["LAYOUTS", "Layout", "open_source", "open_sources"]
+__all__ = ["SOURCE_KINDS", "SourceKind", "open_source", "open_sources"]
 
-Layout = Literal["auto", "per-sample", "batched"]
-LAYOUTS: tuple[str, ...] = ("auto", "per-sample", "batched")
+#: What the ``layout`` keyword (and ``--layout``) accepts: the kind of source, or ``auto``.
+SourceKind = Literal["auto", "per-sample", "batched"]
+SOURCE_KINDS: tuple[str, ...] = ("auto", "per-sample", "batched")
 
 
 def _pick(files: SplitFiles, layout: str) -> str:
-    if layout not in LAYOUTS:
-        raise SourceError(f"unknown layout {layout!r}; must be one of {', '.join(LAYOUTS)}")
+    if layout not in SOURCE_KINDS:
+        raise SourceError(f"unknown layout {layout!r}; must be one of {', '.join(SOURCE_KINDS)}")
     if layout != "auto":
         return layout
-    found = files.layouts
+    found = files.source_kinds
     if len(found) == 2:
         raise SourceError(
             f"{files.root}: both per-sample and batched files exist for split {files.split!r}; "
@@ -42,7 +44,7 @@ def _pick(files: SplitFiles, layout: str) -> str:
 
 
 def open_sources(
-    root: str | os.PathLike[str], splits: list[str] | tuple[str, ...], layout: Layout = "auto"
+    root: str | os.PathLike[str], splits: list[str] | tuple[str, ...], layout: SourceKind = "auto"
 ) -> list[PairSource]:
     """The sources of ``splits`` under ``root``, in order, from one directory scan.
 
@@ -61,6 +63,8 @@ def open_sources(
     return sources
 
 
-def open_source(root: str | os.PathLike[str], split: str, layout: Layout = "auto") -> PairSource:
+def open_source(
+    root: str | os.PathLike[str], split: str, layout: SourceKind = "auto"
+) -> PairSource:
     """The source of one split: :func:`open_sources` for a single split."""
     return open_sources(root, [split], layout)[0]

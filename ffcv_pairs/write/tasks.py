@@ -38,7 +38,7 @@ import numpy as np
 from ..format.layout import BetonLayout
 from ..format.schema import PairSchema
 from ..format.sidecar import block_digest
-from ..format.stats import RECORD_SHAPE, field_layouts, record_offset
+from ..format.stats import RECORD_SHAPE, field_stats_kinds, record_offset
 from ..kernels.bytesums import STATS_FIRST, STATS_LAST, STATS_TOTAL, image_stats
 from .activity import Board, Step
 from .batched import BatchedSource
@@ -66,7 +66,7 @@ _STATS_KINDS: dict[str | None, int] = {
 
 def stats_kinds(schema: PairSchema) -> tuple[int, int]:
     """How each field's image statistics are summed (``STATS_*``; -1: none, not uint8)."""
-    a, b = (_STATS_KINDS.get(lay, -1) for lay in field_layouts(schema).values())
+    a, b = (_STATS_KINDS.get(kind, -1) for kind in field_stats_kinds(schema).values())
     return a, b
 
 

@@ -107,7 +107,7 @@ def _pair(rng: np.random.Generator, pool: list[np.ndarray], changed: bool):
 
 
 def build_pairs(root: Path, sizes: dict[str, int], seed: int = 0) -> Path:
-    """Write the per-sample .pt layout under ``root`` (skipped when already there)."""
+    """Write per-sample .pt files under ``root`` (skipped when already there)."""
     import torch
 
     marker = root / "pairs.json"

@@ -1,4 +1,4 @@
-"""The batched layout: ``{split}_batch_{k}.pt`` for ``k = 0 .. K-1``, each a list of
+"""The batched source: ``{split}_batch_{k}.pt`` for ``k = 0 .. K-1``, each a list of
 ``(A, B, label)`` tuples.
 
 Lengths without loading every file: ``torch.save`` of a list of tuples writes one

@@ -1,9 +1,9 @@
-"""The per-sample layout: ``{split}_A_images_{i}.pt``, ``{split}_B_images_{i}.pt`` and
+"""The per-sample source: ``{split}_A_images_{i}.pt``, ``{split}_B_images_{i}.pt`` and
 ``{split}_labels_{i}.pt`` for ``i = 0 .. N-1``, one tensor per file.
 
 Reads go through :mod:`~ffcv_pairs.write.ptfile`: each field's sample 0 is decoded
 by ``torch.load`` and becomes the template; a later file whose records match it is
-read with one ``read()`` and no unpickling. Every other file (another layout, a
+read with one ``read()`` and no unpickling. Every other file (other strides, a
 saved view, the legacy format, big-endian data, a label saved as a Python int, a
 damaged file) goes through ``torch.load`` and today's checks, so a bad file gets
 the same one-line error naming it.

@@ -15,9 +15,9 @@ that covers its single storage exactly, stored little-endian, and only if decodi
 same file the fast way gives the same bytes. Unpickling is a pure function of the
 ``data.pkl`` bytes, so a later file whose ``data.pkl`` and other small records
 (``byteorder``, ``version``, ...) are byte-identical to the template's and whose entry
-names match describes the same dtype, shape and layout, and its storage bytes are the
+names match describes the same dtype, shape and strides, and its storage bytes are the
 tensor. torch does not check the entries' CRCs either, so both read the same bytes.
-Anything else (another layout, a view with a larger storage, compressed or zip64
+Anything else (other strides, a view with a larger storage, compressed or zip64
 entries, the legacy non-zip format, a damaged archive) goes to ``torch.load``.
 """
 
@@ -284,7 +284,7 @@ def _parsed(buf: bytes, template: PtTemplate, where: str) -> dict[str, tuple[int
     return found
 
 
-def _layout_problem(t: torch.Tensor, found: dict[str, tuple[int, int]]) -> tuple[str, str]:
+def _storage_problem(t: torch.Tensor, found: dict[str, tuple[int, int]]) -> tuple[str, str]:
     """``(storage suffix, "")`` when ``t`` can be read raw, else ``("", reason)``."""
     nbytes = t.numel() * t.element_size()
     if t.numel() == 0:
@@ -317,7 +317,7 @@ def learn_template(path: str | Path) -> PtTemplate:
     if found is None:
         template.reason = "not a plain zip-format torch.save file"
         return template
-    template.storage, template.reason = _layout_problem(t, found)
+    template.storage, template.reason = _storage_problem(t, found)
     if template.reason:
         return template
     records = {

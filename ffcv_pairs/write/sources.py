@@ -2,7 +2,7 @@
 
 Every source is an indexed sequence of ``(A, B, label)`` triples with a
 ``where(i, part)`` that names the file (or index) a value came from, so that a bad
-value can be reported by name. The ``.pt`` layouts on disk live in
+value can be reported by name. The two kinds of ``.pt`` source on disk live in
 :mod:`~ffcv_pairs.write.persample` and :mod:`~ffcv_pairs.write.batched`, and
 :func:`~ffcv_pairs.write.source_kinds.open_source` finds them.
 """

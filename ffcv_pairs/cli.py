@@ -32,6 +32,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 __all__ = ["main", "write_main"]
 
@@ -47,14 +48,21 @@ _VERIFY_HELP = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line, ``error: ...``, and exit status 2 (no usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {message}\n")
+
+
 def _sigterm_to_exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
 def _guard(run: Callable[[], int]) -> int:
     """Run a command; turn user errors into one line and exit status 2."""
-    from .write.pool import WriteError, WriteInterrupted
-    from .write.sources import SourceError
+    from .errors import FfcvPairsError
+    from .write.pool import WriteInterrupted
 
     signal.signal(signal.SIGTERM, _sigterm_to_exit)
     try:
@@ -62,7 +70,7 @@ def _guard(run: Callable[[], int]) -> int:
     except WriteInterrupted as e:
         print(f"error: {e}", file=sys.stderr)
         return 128 + e.signum
-    except (SourceError, WriteError, ValueError, OSError) as e:
+    except (FfcvPairsError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:
@@ -71,8 +79,9 @@ def _guard(run: Callable[[], int]) -> int:
 
 
 def _add_write_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src_dir", type=Path, nargs="?", help="directory holding the .pt files")
-    p.add_argument("out_dir", type=Path, nargs="?", help="directory to write <split>.beton into")
+    # Values stay strings here: _merge_write_config checks flags and --config alike.
+    p.add_argument("src_dir", nargs="?", help="directory holding the .pt files")
+    p.add_argument("out_dir", nargs="?", help="directory to write <split>.beton into")
     p.add_argument(
         "--config",
         type=Path,
@@ -86,8 +95,13 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
         help="split name (file prefix); repeat for several",
     )
     p.add_argument("--layout", choices=["auto", "per-sample", "batched"], default=None)
-    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    p.add_argument("--limit", type=int, default=None, help="write only the first N samples")
+    p.add_argument(
+        "--workers",
+        default=None,
+        metavar="N",
+        help="processes (default: all cores; at most 4 per CPU)",
+    )
+    p.add_argument("--limit", default=None, metavar="N", help="write only the first N samples")
     p.add_argument("--page-size", default=None, help="page size, e.g. 8MiB (power of two)")
     p.add_argument(
         "--store-dtype",
@@ -97,7 +111,6 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--shuffle",
-        type=int,
         default=None,
         metavar="SEED",
         help="write the samples in a seeded random order (recorded in the sidecar)",
@@ -124,8 +137,56 @@ _WRITE_KEYS = (
 )
 
 
+def _directory(name: str, value: Any) -> Path:
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{name} must be a directory, got {value!r} ({type(value).__name__})")
+    return Path(value)
+
+
+def _splits(name: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise ValueError(f"{name} must be split names (non-empty strings), got {value!r}")
+    return value
+
+
+def _write_option(key: str, name: str, value: Any) -> Any:
+    """A ``write`` option from a flag (a string) or ``--config`` (any YAML value), checked
+    as :func:`~ffcv_pairs.write.writer.write_pairs` checks it; a refusal is a ValueError
+    naming ``name`` (one line, exit status 2)."""
+    from ._checks import integer, one_of, optional
+    from .format import layout
+    from .write import arguments
+
+    if isinstance(value, str) and key in ("workers", "limit", "shuffle"):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if isinstance(value, str) and key == "page_size":
+        try:
+            value = layout.parse_size(value)
+        except (ValueError, OverflowError) as e:
+            raise ValueError(f"{name}: {e}") from None
+    checks: dict[str, Callable[[str, Any], Any]] = {
+        "src_dir": _directory,
+        "out_dir": _directory,
+        "split": _splits,
+        "layout": lambda n, v: one_of(n, v, ("auto", "per-sample", "batched")),
+        "workers": arguments.check_workers,
+        "limit": lambda n, v: optional(integer)(n, v, 1),
+        "page_size": arguments.check_page_size,
+        "store_dtype": arguments.check_store_dtype,
+        "shuffle": arguments.check_shuffle_seed,
+    }
+    try:
+        return checks[key](name, value)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+
+
 def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
-    """Command-line flags over ``--config`` over defaults; required ones checked."""
+    """Command-line flags over ``--config`` over defaults; each checked, naming its flag
+    or the config file."""
     import yaml
 
     file: dict[str, object] = {}
@@ -139,6 +200,7 @@ def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
                 f"{args.config}: unknown option(s) {unknown}; known: {list(_WRITE_KEYS)}"
             )
         file = loaded
+    from_file = {key for key in file if getattr(args, key) is None}
     for key in _WRITE_KEYS:
         if getattr(args, key) is None:
             setattr(args, key, file.get(key, _WRITE_DEFAULTS.get(key)))
@@ -147,26 +209,25 @@ def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
     for key in ("src_dir", "out_dir", "split"):
         if not getattr(args, key):
             raise ValueError(f"missing {key} (give it on the command line or in --config)")
-    args.src_dir, args.out_dir = Path(args.src_dir), Path(args.out_dir)
-    if args.layout not in ("auto", "per-sample", "batched"):
-        raise ValueError(f"layout {args.layout!r} must be auto, per-sample or batched")
+    for key in _WRITE_KEYS:
+        flag = key.upper() if key.endswith("_dir") else f"--{key.replace('_', '-')}"
+        name = f"{key} in {args.config}" if key in from_file else flag
+        setattr(args, key, _write_option(key, name, getattr(args, key)))
     return args
 
 
 def _write(args: argparse.Namespace) -> int:
-    from .format.layout import parse_size
     from .write.source_kinds import open_sources
     from .write.writer import write_pairs
 
     args = _merge_write_config(args)
-    page_size = parse_size(args.page_size)
     sources = open_sources(args.src_dir, args.split, args.layout)  # one directory scan
     for split, source in zip(args.split, sources):
         report = write_pairs(
             source,
             args.out_dir / f"{split}.beton",
             workers=args.workers,
-            page_size=page_size,
+            page_size=args.page_size,
             store_dtype=args.store_dtype,
             limit=args.limit,
             progress=not args.no_progress,
@@ -283,9 +344,7 @@ def _add_verify_args(p: argparse.ArgumentParser) -> None:
 
 def write_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``writers/write_beton.py``."""
-    p = argparse.ArgumentParser(
-        prog="write_beton.py", description="Convert .pt pairs into FFCV .beton files."
-    )
+    p = _Parser(prog="write_beton.py", description="Convert .pt pairs into FFCV .beton files.")
     _add_write_args(p)
     args = p.parse_args(argv)
     return _guard(lambda: _write(args))
@@ -294,7 +353,7 @@ def write_main(argv: Sequence[str] | None = None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ffcv-pairs`` (installed by pip) and ``python -m ffcv_pairs``."""
     named = os.path.basename(sys.argv[0]) == "ffcv-pairs"
-    p = argparse.ArgumentParser(prog="ffcv-pairs" if named else "python -m ffcv_pairs")
+    p = _Parser(prog="ffcv-pairs" if named else "python -m ffcv_pairs")
     sub = p.add_subparsers(dest="command", required=True)
     _add_write_args(sub.add_parser("write", help="convert .pt pairs into .beton files"))
     _add_inspect_args(sub.add_parser("inspect", help="header, fields, labels, preview"))

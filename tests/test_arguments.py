@@ -167,3 +167,83 @@ def test_load_state_dict_takes_or_names_every_field(beton, mid_epoch, key, value
         _refused_naming(e, name, "state", "segment")
         return
     _first_batch(loader)
+
+
+# -- write_pairs ------------------------------------------------------------------------
+WRITE_ANY = st.one_of(
+    ANY,
+    st.sampled_from(["uint8", "float16", "float32", 4096, 1 << 16, 4095, 3 << 20, 2**64 - 1]),
+    st.sampled_from([b"out.beton", Path("sub") / "x.beton", np.int64(4096), np.uint64(7)]),
+)
+WRITE_NAMES = ["source", "path", *_names(write_pairs)]
+
+
+@settings(SETTINGS, max_examples=300)
+@given(name=st.sampled_from(WRITE_NAMES), value=WRITE_ANY)
+def test_write_pairs_takes_or_names_every_argument(
+    tmp_path_factory: pytest.TempPathFactory, name: str, value
+) -> None:
+    """A tiny source (one page, so the writer stays in this process) and a fresh folder
+    for each example; a string path is put inside that folder."""
+    folder = tmp_path_factory.mktemp("write")
+    if name == "path" and isinstance(value, str | Path):
+        value = folder / f"x{value}"
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (12, 3, 4, 4), dtype=np.uint8)
+    args = {"workers": 1, "page_size": 4096, "progress": False, name: value}
+    args.setdefault("source", ArraySource(a, 255 - a, np.arange(12)))
+    args.setdefault("path", folder / "out.beton")
+    try:
+        report = write_pairs(**args)
+    except Exception as e:
+        names = (name, f"{type(value).__name__}[0]") if name == "source" else (name,)
+        _refused_naming(e, *names)
+        return
+    event("worked")
+    assert report.path.is_file() and report.num_samples >= 1
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "needle"),
+    [
+        ({"path": ""}, ValueError, "path must name a file, got ''"),
+        ({"path": "."}, ValueError, "path must name a file, got '.'"),
+        ({"path": "/"}, ValueError, "path must name a file, got '/'"),
+        ({"path": "a\0b"}, ValueError, "path must name a file"),
+        ({"path": b"x.beton"}, TypeError, "path must be a path (str or os.PathLike), got b'x"),
+        ({"path": None}, TypeError, "path must be a path"),
+        ({"workers": True}, TypeError, "workers must be an integer, got True (bool)"),
+        ({"workers": 0}, ValueError, "workers must be at least 1, got 0"),
+        ({"workers": 10**6}, ValueError, "(4 per CPU of the"),
+        ({"page_size": 3 << 20}, ValueError, "page_size must be a power of two from 4096 to"),
+        ({"page_size": 2048}, ValueError, "got 2048"),
+        ({"page_size": 2**32}, ValueError, "got 4294967296"),
+        ({"page_size": "4KiB"}, TypeError, "page_size must be an integer, got '4KiB' (str)"),
+        ({"page_size": 4096.0}, TypeError, "page_size must be an integer"),
+        ({"store_dtype": "int8"}, ValueError, "store_dtype must be one of ['uint8', 'float16']"),
+        ({"limit": 0}, ValueError, "limit must be at least 1, got 0"),
+        ({"limit": False}, TypeError, "limit must be an integer, got False (bool)"),
+        ({"shuffle_seed": -1}, ValueError, "shuffle_seed must be between 0 and"),
+        ({"shuffle_seed": 2**64}, ValueError, "got 18446744073709551616"),
+        ({"shuffle_seed": 1.0}, TypeError, "shuffle_seed must be an integer"),
+        ({"resume": 1}, TypeError, "resume must be True or False, got 1 (int)"),
+        ({"progress": "no"}, TypeError, "progress must be True or False"),
+        ({"source": "pairs"}, TypeError, "source must be a PairSource or a sequence"),
+        ({"source": {0: (1, 2, 3)}}, TypeError, "got dict"),
+    ],
+)
+def test_write_pairs_names_the_argument(tmp_path: Path, args, error, needle) -> None:
+    """Before reading the source or touching the disk."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (12, 3, 4, 4), dtype=np.uint8)
+    base = {"source": ArraySource(a, a, np.arange(12)), "path": tmp_path / "o.beton"}
+    with pytest.raises(error) as info:
+        write_pairs(**{**base, "progress": False, **args})
+    assert needle in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_pairs_refuses_a_directory_as_its_path(tmp_path: Path) -> None:
+    a = np.zeros((2, 3, 4, 4), np.uint8)
+    with pytest.raises(ValueError, match="which is a directory"):
+        write_pairs(ArraySource(a, a, np.arange(2)), tmp_path, progress=False)

@@ -212,3 +212,78 @@ def test_sigkill_midway_leaves_nothing_that_looks_valid(tmp_path: Path) -> None:
 
     with pytest.raises(AssertionError, match="file format mismatch"):
         Reader(str(partial))
+
+
+def _exit_status(argv: list[str]) -> int:
+    """What the command exits with: argparse's own refusals raise SystemExit."""
+    try:
+        return write_main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--workers", "0"], "--workers must be at least 1, got 0"),
+        (["--workers", "abc"], "--workers must be an integer, got 'abc'"),
+        (["--workers", "2.5"], "--workers must be an integer, got '2.5'"),
+        (["--workers", "100000"], "--workers must be at most"),
+        (["--page-size", "3MiB"], "--page-size must be a power of two from 4096 to"),
+        (["--page-size", "1KiB"], "got 1024"),
+        (["--page-size", "lots"], "--page-size: cannot parse size 'lots'"),
+        (["--page-size", "1e400"], "--page-size: "),
+        (["--limit", "-1"], "--limit must be at least 1, got -1"),
+        (["--limit", "x"], "--limit must be an integer, got 'x'"),
+        (["--shuffle", "-5"], "--shuffle must be between 0 and 18446744073709551615, got -5"),
+        (["--shuffle", str(2**64)], "got 18446744073709551616"),
+        (["--store-dtype", "int8"], "argument --store-dtype: invalid choice: 'int8'"),
+        (["--layout", "flat"], "argument --layout: invalid choice: 'flat'"),
+        (["--split", ""], "--split must be split names (non-empty strings), got ['train', '']"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_flag_is_one_line_and_exit_2(capsys, src: Path, tmp_path: Path, flags, needle) -> None:
+    """Checked before the sources are scanned: nothing is written."""
+    out = tmp_path / "out"
+    rc = _exit_status([str(src), str(out), "--split", "train", "--no-progress", *flags])
+    _assert_one_line(rc, capsys.readouterr().err.strip(), needle)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("workers: [2]", "workers in {config} must be an integer, got [2] (list)"),
+        ("workers: 0", "workers in {config} must be at least 1, got 0"),
+        ("page_size: 4096.0", "page_size in {config} must be an integer, got 4096.0 (float)"),
+        ("page_size: 5000", "page_size in {config} must be a power of two"),
+        ("limit: true", "limit in {config} must be an integer, got True (bool)"),
+        ("shuffle: -1", "shuffle in {config} must be between 0 and"),
+        ("store_dtype: int8", "store_dtype in {config} must be one of ['uint8', 'float16']"),
+        ("layout: 3", "layout in {config} must be one of ['auto', 'per-sample', 'batched']"),
+        ("src_dir: 3", "src_dir in {config} must be a directory, got 3 (int)"),
+        ("split: [train, 3]", "split in {config} must be split names"),
+    ],
+)
+def test_bad_config_value_is_one_line_and_exit_2(
+    capsys, src: Path, tmp_path: Path, line: str, needle: str
+) -> None:
+    config = tmp_path / "write.yaml"
+    out = tmp_path / "out"
+    settings = {"src_dir": str(src), "out_dir": str(out), "split": "train"}
+    key = line.split(":")[0]
+    text = "".join(f"{k}: {v}\n" for k, v in settings.items() if k != key)
+    config.write_text(text + line + "\n")
+    rc = _exit_status(["--config", str(config), "--no-progress"])
+    _assert_one_line(rc, capsys.readouterr().err.strip(), needle.format(config=config))
+    assert not out.exists()
+
+
+def test_flags_win_over_a_bad_config_value(capsys, src: Path, tmp_path: Path) -> None:
+    config = tmp_path / "write.yaml"
+    config.write_text("workers: 0\nlimit: 3\n")
+    out = tmp_path / "out"
+    argv = [str(src), str(out), "--split", "train", "--config", str(config), "--workers", "1"]
+    assert _exit_status([*argv, "--no-progress"]) == 0
+    assert "3 pairs" in capsys.readouterr().out

@@ -29,11 +29,12 @@ from ffcv.types import (
 
 from .schema import PairSchema
 
-__all__ = ["MIN_PAGE_SIZE", "BetonLayout", "field_descriptors", "parse_size"]
+__all__ = ["MAX_PAGE_SIZE", "MIN_PAGE_SIZE", "BetonLayout", "field_descriptors", "parse_size"]
 
 #: Smallest page size accepted (one OS page); upstream's writer insists on 2 MiB.
 MIN_PAGE_SIZE = 1 << 12
-_MAX_PAGE_SIZE = 1 << 31
+#: Largest page size accepted (the header keeps it in 32 bits).
+MAX_PAGE_SIZE = 1 << 31
 _UNITS = {
     "": 1,
     "b": 1,
@@ -83,9 +84,9 @@ class BetonLayout:
 
     def __post_init__(self) -> None:
         ps = self.page_size
-        if ps < MIN_PAGE_SIZE or ps > _MAX_PAGE_SIZE or ps & (ps - 1):
+        if ps < MIN_PAGE_SIZE or ps > MAX_PAGE_SIZE or ps & (ps - 1):
             raise ValueError(
-                f"page_size must be a power of two in [{MIN_PAGE_SIZE}, {_MAX_PAGE_SIZE}], got {ps}"
+                f"page_size must be a power of two in [{MIN_PAGE_SIZE}, {MAX_PAGE_SIZE}], got {ps}"
             )
         if self.schema.sample_bytes > ps:
             need = 1 << (self.schema.sample_bytes - 1).bit_length()

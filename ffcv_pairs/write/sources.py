@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,8 +177,13 @@ class IndexedSource(PairSource):
     """Any object with ``__len__`` and ``__getitem__`` returning ``(A, B, label)``."""
 
     def __init__(self, data: Any, name: str | None = None):
-        if not hasattr(data, "__getitem__") or not hasattr(data, "__len__"):
-            raise TypeError(f"source must have __len__ and __getitem__, got {type(data).__name__}")
+        # A string or a mapping has both, but does not hold samples 0, 1, ... .
+        indexed = hasattr(data, "__getitem__") and hasattr(data, "__len__")
+        if not indexed or isinstance(data, str | bytes | Mapping):
+            raise TypeError(
+                "source must be a PairSource or a sequence of (A, B, label) triples (with "
+                f"__len__ and __getitem__), got {type(data).__name__}"
+            )
         self.data = data
         self.name = name or type(data).__name__
 

@@ -26,14 +26,23 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from .._checks import flag, integer, optional
 from .._version import __version__
 from ..format.layout import BetonLayout, field_descriptors
 from ..format.schema import PairSchema
 from ..format.sidecar import Manifest
 from ..format.stats import stats_entry
 from .activity import Board, step_words
+from .arguments import (
+    StoreDtype,
+    check_out_path,
+    check_page_size,
+    check_shuffle_seed,
+    check_store_dtype,
+    check_workers,
+)
 from .batched import BatchedSource
 from .convert import Converter
 from .finish import (
@@ -61,7 +70,6 @@ DEFAULT_PAGE_SIZE = 8 << 20
 #: A conversion in which no worker has gone on to its next step (a sample, a page, a
 #: batch file) for this long stops, naming what each busy worker is doing.
 STALL_SECONDS = 600.0
-StoreDtype = Literal["uint8", "float16"]
 
 
 @dataclass(frozen=True)
@@ -315,16 +323,19 @@ def write_pairs(
             ``__len__`` and ``__getitem__`` returning ``(A, B, label)`` (a torch
             ``Dataset``, a list of tuples).
         path: Output file. Written as ``path.partial`` and renamed when complete.
-        workers: Worker processes (default: all cores). ``1`` writes in-process.
-        page_size: FFCV page size in bytes, a power of two (default 8 MiB).
+        workers: Worker processes (default: all cores). ``1`` writes in-process; at most
+            :func:`~ffcv_pairs.write.arguments.worker_limit` (4 per CPU, 1024 at most).
+        page_size: FFCV page size in bytes, a power of two from 4 KiB to 2 GiB
+            (default 8 MiB).
         store_dtype: Store images as ``"uint8"`` or ``"float16"``; refuses a cast
             that would change a value. Default: store the source dtype exactly.
-        limit: Write only the first ``limit`` samples.
+        limit: Write only the first ``limit`` samples (at least 1).
         progress: Show a progress bar (samples/s and ETA) on stderr.
         resume: Continue an interrupted conversion of the same source with the same
             settings, keeping its finished pages (starts afresh when there is none).
         shuffle_seed: Write the samples in the seeded order of
-            :class:`~ffcv_pairs.write.shuffle.Permutation` instead of source order.
+            :class:`~ffcv_pairs.write.shuffle.Permutation` instead of source order; an
+            integer in ``[0, 2**64)``.
 
     Raises:
         SourceError: bad input, a changed source on resume, or another writer on
@@ -334,21 +345,23 @@ def write_pairs(
             each was doing; the disk is full, and it says how much is free; another
             ``OSError``. WriteInterrupted: SIGTERM; KeyboardInterrupt: Ctrl-C. Each says
             whether ``resume=True`` can continue.
-        ValueError: a bad argument.
+        TypeError, ValueError: a bad argument; the message names it and the value given.
     """
     t0 = time.perf_counter()
+    out = check_out_path("path", path)
+    workers = check_workers("workers", workers) or len(os.sched_getaffinity(0))
+    page_size = check_page_size("page_size", page_size)
+    store_dtype = check_store_dtype("store_dtype", store_dtype)
+    limit = optional(integer)("limit", limit, 1)
+    progress, resume = flag("progress", progress), flag("resume", resume)
+    shuffle_seed = check_shuffle_seed("shuffle_seed", shuffle_seed)
     src = as_source(source)
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
-    n = len(src) if limit is None else min(len(src), int(limit))
+    n = len(src) if limit is None else min(len(src), limit)
     if n == 0:
         raise SourceError(f"{src.describe()}: source is empty")
-    workers = workers if workers is not None else len(os.sched_getaffinity(0))
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
     conv = Converter(store_dtype)
     schema = conv.infer(src)
-    layout = BetonLayout(schema, n, int(page_size))
+    layout = BetonLayout(schema, n, page_size)
     order = None if shuffle_seed is None else Permutation(n, shuffle_seed)
     if isinstance(src, BatchedSource):
         src.release()  # workers load their own batch files
@@ -359,7 +372,7 @@ def write_pairs(
         "store dtype": store_dtype,
         "shuffle seed": shuffle_seed,
     }
-    files = Outputs.of(Path(path))
+    files = Outputs.of(out)
     with signals_as_exceptions():
         try:
             files.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,97 @@
+"""The checks of :func:`~ffcv_pairs.write.writer.write_pairs`'s arguments, where they enter.
+
+Each names the argument (the ``write`` command passes its flag's name, ``--workers``),
+the value given and what is allowed, and returns the value in its plain form; see
+:mod:`ffcv_pairs._checks` for the shared ones.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from .._checks import integer, one_of, optional
+from ..format.layout import MAX_PAGE_SIZE, MIN_PAGE_SIZE
+
+__all__ = [
+    "MAX_WORKERS",
+    "SHUFFLE_SEED_LIMIT",
+    "STORE_DTYPES",
+    "WORKERS_PER_CPU",
+    "StoreDtype",
+    "check_out_path",
+    "check_page_size",
+    "check_shuffle_seed",
+    "check_store_dtype",
+    "check_workers",
+    "worker_limit",
+]
+
+StoreDtype = Literal["uint8", "float16"]
+STORE_DTYPES: tuple[str, ...] = ("uint8", "float16")
+#: Worker processes beyond this many per CPU only add memory and start-up time.
+WORKERS_PER_CPU = 4
+#: ... and never more than this many, whatever the machine.
+MAX_WORKERS = 1024
+#: Shuffle seeds key a 64-bit hash: ``0 <= seed < 2**64``.
+SHUFFLE_SEED_LIMIT = 2**64
+
+
+def worker_limit() -> int:
+    """The most worker processes accepted on this machine."""
+    return min(MAX_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1))
+
+
+def check_workers(name: str, value: Any) -> int | None:
+    """None (all cores), or a count from 1 to :func:`worker_limit`."""
+    if value is None:
+        return None
+    workers, most = integer(name, value, least=1), worker_limit()
+    if workers > most:
+        raise ValueError(
+            f"{name} must be at most {most} ({WORKERS_PER_CPU} per CPU of the "
+            f"{os.cpu_count()} here, {MAX_WORKERS} at most), got {workers}"
+        )
+    return workers
+
+
+def check_page_size(name: str, value: Any) -> int:
+    """A power of two from :data:`MIN_PAGE_SIZE` (4 KiB) to :data:`MAX_PAGE_SIZE` (2 GiB)."""
+    size = integer(name, value)
+    if not MIN_PAGE_SIZE <= size <= MAX_PAGE_SIZE or size & (size - 1):
+        raise ValueError(
+            f"{name} must be a power of two from {MIN_PAGE_SIZE} to {MAX_PAGE_SIZE} bytes "
+            f"(4 KiB to 2 GiB), got {size}"
+        )
+    return size
+
+
+def check_store_dtype(name: str, value: Any) -> StoreDtype | None:
+    """None (the source's dtype), ``"uint8"`` or ``"float16"``."""
+    return cast("StoreDtype | None", optional(one_of)(name, value, STORE_DTYPES))
+
+
+def check_shuffle_seed(name: str, value: Any) -> int | None:
+    """None (source order), or an integer in ``[0, 2**64)``."""
+    return optional(integer)(name, value, 0, SHUFFLE_SEED_LIMIT - 1)
+
+
+def check_out_path(name: str, value: Any) -> Path:
+    """A ``str`` or ``os.PathLike`` naming a file (not a directory, not empty).
+
+    Raises:
+        TypeError: not a path (bytes are refused too). ValueError: empty, holding a NUL
+            byte, naming no file (``"."``, ``"/"``) or an existing directory.
+    """
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        raise TypeError(
+            f"{name} must be a path (str or os.PathLike), got {value!r} ({type(value).__name__})"
+        )
+    path = Path(text)
+    if not text or "\0" in text or path.name in ("", ".", ".."):
+        raise ValueError(f"{name} must name a file, got {text!r}")
+    if path.is_dir():
+        raise ValueError(f"{name} must name a file, got {text!r}, which is a directory")
+    return path

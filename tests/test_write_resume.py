@@ -14,9 +14,17 @@ from writer_proc import finish, start_writer
 
 from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.sidecar import Manifest, manifest_path
+from ffcv_pairs.write import tracker
 
 N = SMALL_N
 FINISHED = ["train.beton", "train.beton.json", "train.beton.stats"]
+
+
+def _journal_every_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Journal after every finished task, as the disk-full test does, so that ``journal@3``
+    fires with 3 pages journaled and not at the last batch (the writer journals once a
+    second; the forked writer inherits the patch)."""
+    monkeypatch.setattr(tracker, "JOURNAL_SECONDS", 0.0)
 
 
 def _resume(capsys, small_src: Path, out: Path) -> str:
@@ -37,6 +45,7 @@ def _resume(capsys, small_src: Path, out: Path) -> str:
 )
 def test_kill_then_resume_is_byte_identical(
     capsys,
+    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     small_src: Path,
     small_reference: bytes,
@@ -44,6 +53,8 @@ def test_kill_then_resume_is_byte_identical(
     point: str,
     left: set[str],
 ) -> None:
+    if point.startswith("journal"):
+        _journal_every_task(monkeypatch)
     out = tmp_path / "out"
     proc = start_writer(
         small_argv(small_src, out, "--workers", "2"), tmp_path / "log", hook=f"{point}:kill"
@@ -63,10 +74,11 @@ def test_kill_then_resume_is_byte_identical(
 
 
 def test_resume_without_the_stats_partial_finishes_without_stats(
-    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
+    capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, small_src: Path, small_reference: bytes
 ) -> None:
     """A run interrupted before the writer kept image statistics (no ``.stats.partial``):
     the same `.beton`, and no statistics rather than half-filled ones."""
+    _journal_every_task(monkeypatch)
     out = tmp_path / "out"
     proc = start_writer(
         small_argv(small_src, out, "--workers", "2"), tmp_path / "log", hook="journal@3:kill"
@@ -81,8 +93,9 @@ def test_resume_without_the_stats_partial_finishes_without_stats(
 
 
 def test_resume_refuses_a_changed_source_or_setting(
-    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
+    capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, small_src: Path, small_reference: bytes
 ) -> None:
+    _journal_every_task(monkeypatch)
     changed = tmp_path / "pt"
     changed.mkdir()
     for f in small_src.iterdir():

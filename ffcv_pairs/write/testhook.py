@@ -3,7 +3,9 @@
 Tests set ``FFCV_PAIRS_TEST_HOOK="<point>@<n>:<action>"`` in a writer subprocess
 to create races deterministically instead of sleeping; unset (always outside
 tests) a hook costs one dictionary lookup. ``@<n>`` fires once the counter passed
-by the writer reaches ``n``.
+by the writer reaches ``n``. A hook only crashes or pauses: the writer takes the same
+path as without one (a test that needs a journal entry after every page sets
+``tracker.JOURNAL_SECONDS = 0``).
 
 Points (counter):
     ``start`` (the journal holds the fingerprint; nothing else is written yet),
@@ -27,16 +29,11 @@ import signal
 import time
 from pathlib import Path
 
-__all__ = ["HOOK_DIR_ENV", "HOOK_ENV", "active", "hook"]
+__all__ = ["HOOK_DIR_ENV", "HOOK_ENV", "hook"]
 
 HOOK_ENV = "FFCV_PAIRS_TEST_HOOK"
 HOOK_DIR_ENV = "FFCV_PAIRS_TEST_DIR"
 _BLOCK_SECONDS = 120.0
-
-
-def active() -> bool:
-    """Whether a test hook is set (the writer then journals after every task)."""
-    return bool(os.environ.get(HOOK_ENV))
 
 
 def hook(point: str, count: int = 0) -> None:

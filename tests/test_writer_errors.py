@@ -6,15 +6,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from conftest import make_arrays, write_per_sample
+from writer_proc import reached
 
 from ffcv_pairs.cli import write_main
+from ffcv_pairs.write.testhook import HOOK_DIR_ENV, HOOK_ENV
 
 REPO = Path(__file__).parents[1]
 
@@ -167,22 +168,24 @@ def test_cli_subprocess_exit_code_and_no_traceback(src: Path, tmp_path: Path) ->
     assert "Traceback" not in proc.stderr
 
 
-SLOW_WRITER = """
-import sys, time, numpy as np
+PAIRS_WRITER = """
+import sys, numpy as np
 from ffcv_pairs import IndexedSource, write_pairs
 
-class Slow:
+class Pairs:
     def __len__(self): return 400
     def __getitem__(self, i):
-        time.sleep(0.01)
         a = np.full((3, 16, 16), i % 256, np.uint8)
         return a, a, i
 
-write_pairs(IndexedSource(Slow()), sys.argv[1], workers=2, page_size=4096, progress=False)
+write_pairs(IndexedSource(Pairs()), sys.argv[1], workers=2, page_size=4096, progress=False)
 """
 
 
 def test_sigkill_midway_leaves_nothing_that_looks_valid(tmp_path: Path) -> None:
+    """Killed while a worker is held before data page 100 of 200 (the test hook, instead of a
+    sleep that a fast or a slow machine could miss): the header and the rename come after
+    the last page, so neither can have happened."""
     from ffcv_pairs import ArraySource, write_pairs
     from ffcv_pairs.format.sidecar import manifest_path
 
@@ -192,15 +195,18 @@ def test_sigkill_midway_leaves_nothing_that_looks_valid(tmp_path: Path) -> None:
     old = out.read_bytes()
     old_manifest = manifest_path(out).read_bytes()
 
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(out)], start_new_session=True)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    env = {**os.environ, HOOK_ENV: "page@100:block", HOOK_DIR_ENV: str(hooks)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAIRS_WRITER, str(out)], start_new_session=True, env=env
+    )
+    try:
+        reached(hooks)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     partial = out.with_name("k.beton.partial")
-    deadline = time.monotonic() + 60
-    while not (partial.exists() and partial.stat().st_size > 0) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # well inside the ~2 s of work
-    assert proc.poll() is None, "writer finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
     assert out.read_bytes() == old  # the older file is untouched
     assert manifest_path(out).read_bytes() == old_manifest

@@ -17,6 +17,7 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --larger-than-ram       # a file of 1.3x RAM (bench/scale/)
     .venv/bin/python -m bench --larger-than-ram-gib 4 # the same on 4 GiB: a short check
     .venv/bin/python -m bench --user-scale 200000     # the user's day, about 20 minutes
+    .venv/bin/python -m bench --user-scale-sizes 100000,300000,1000000,3000000  # one source
 
 It generates the data (seeded) under ``--work`` (default ``bench/.work/``), runs
 the contestants interleaved in rounds, then the start-up, writer, memory,
@@ -99,6 +100,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "convert, train; writes results/user-scale-<date>.md (see bench/scale/user_scale.py)",
     )
     p.add_argument(
+        "--user-scale-sizes",
+        type=_sizes,
+        metavar="N1,N2,...",
+        help="the user's day at several sizes on one source made at the largest, e.g. "
+        "100000,300000,1000000,3000000 (instead of --user-scale N)",
+    )
+    p.add_argument(
         "--user-seconds", type=float, default=60.0, help="time box of each --user-scale row"
     )
     return p.parse_args(argv)
@@ -157,7 +165,12 @@ def _user_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     changes = {k: getattr(args, k) for k in ("out", "work", "seed") if getattr(args, k) is not None}
     date = args.date or datetime.date.today().isoformat()
     try:
-        cfg = UserScaleConfig(n=args.user_scale, time_box=args.user_seconds, date=date, **changes)
+        if args.user_scale is not None and args.user_scale_sizes:
+            raise ValueError(
+                "give --user-scale N (one size) or --user-scale-sizes N1,N2,... (several), not both"
+            )
+        sizes = args.user_scale_sizes or (args.user_scale,)
+        cfg = UserScaleConfig(sizes=sizes, time_box=args.user_seconds, date=date, **changes)
         check_user_scale(cfg)
     except ValueError as e:
         sys.stderr.write(f"bench: {e}\n")
@@ -176,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.render:
         return _render(args.render, args.out)
-    if args.user_scale is not None:
+    if args.user_scale is not None or args.user_scale_sizes:
         return _user_scale(args, argv)
     if args.setup_extras:
         from bench.extras.venvs import setup_extras

@@ -1,4 +1,5 @@
-"""Step 2 of ``--user-scale``: the writer's command line as the user runs it, measured.
+"""Step 2 of ``--user-scale``: the writer's command line as the user runs it, measured (once
+per size, with ``--limit N``).
 
 Wall time, pairs/s, the writer's own time inside ``write_pairs`` (parsed from its
 summary line) and before it (interpreter, imports, listing the folder), a separate
@@ -83,18 +84,32 @@ def _stop(pid: int) -> tuple[int, Any]:
     return status, usage
 
 
-def convert(src: Path, beton: Path, n: int, workers: int, cap: float) -> dict[str, Any]:
-    """``writers/write_beton.py SRC OUT --split train --workers W`` as a subprocess, timed,
-    its process tree's memory sampled, stopped after ``cap`` seconds; writes ``beton`` (its
-    folder is ``OUT``) and the writer's stdout and stderr beside that folder."""
+def convert(
+    src: Path,
+    beton: Path,
+    n: int,
+    workers: int,
+    cap: float,
+    *,
+    limit: int | None = None,
+    probe: bool = True,
+) -> dict[str, Any]:
+    """``writers/write_beton.py SRC OUT --split train --workers W [--limit N]`` as a
+    subprocess, timed, its process tree's memory sampled, stopped after ``cap`` seconds; writes
+    ``beton`` (its folder is ``OUT``) and the writer's stdout and stderr beside that folder
+    (``<OUT>-writer.out``, ``.err``). ``n``: the pairs it writes (for pairs/s). ``probe``: time
+    an ``os.scandir`` of ``src`` and the writer's imports apart, first."""
     out_dir = beton.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(REPO / "writers" / "write_beton.py"), str(src), str(out_dir)]
     cmd += ["--split", beton.stem, "--workers", str(workers)]
+    if limit is not None:
+        cmd += ["--limit", str(limit)]
     res: dict[str, Any] = {"command": " ".join(["writers/write_beton.py", *cmd[2:]]), "cap_s": cap}
-    res["listing"] = listing(src)
-    res["import_s"] = _import_s()
-    logs = (out_dir.parent / "writer.out", out_dir.parent / "writer.err")
+    if probe:
+        res["listing"] = listing(src)
+        res["import_s"] = _import_s()
+    logs = tuple(out_dir.parent / f"{out_dir.name}-writer.{k}" for k in ("out", "err"))
     status: int | None = None
     with open(logs[0], "w") as fo, open(logs[1], "w") as fe:
         t = time.perf_counter()
@@ -119,6 +134,7 @@ def convert(src: Path, beton: Path, n: int, workers: int, cap: float) -> dict[st
     )
     m = SUMMARY.search(out)
     if m:
+        res["pairs"] = int(m.group(2))
         res["inside_s"] = float(m.group(3))
         res["outside_s"] = wall - res["inside_s"]
     elif proc.returncode and proc.returncode < 0:

@@ -11,7 +11,9 @@ While the ranks run, two threads of the harness watch them:
   it had reached.
 
 Whatever happens (the ranks finish, the deadline passes, the watchdog fires,
-Ctrl-C), every process of the row is killed before :func:`run_row` returns.
+Ctrl-C), every process of the row is killed before :func:`run_row` returns. The deadline
+is ``spec.cap`` (start-up allowance + time box) plus ``ROW_MARGIN_S`` after launch: a row
+that never gets a batch, or crawls just above the memory floor, ends there.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import psutil
 from bench.core.tree_memory import own_pss
 from bench.scale.user_ranks import RowSpec, rank_main
 
-__all__ = ["kill_trees", "run_row"]
+__all__ = ["ROW_MARGIN_S", "kill_trees", "run_row"]
 
 GIB = 1 << 30
 MIB = 1 << 20
 _FIELDS = ("rss", "uss", "pss", "pss_own")
+ROW_MARGIN_S = 10.0  # after spec.cap: the ranks' own stop, their last report
 
 
 def _free_port() -> int:
@@ -184,13 +187,13 @@ def _gather(
             return latest, "deadline"
 
 
-def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, Any]:
-    """Run ``spec`` on ``spec.world_size`` spawned ranks; every process is gone afterwards.
+def run_row(spec: RowSpec, *, floor_gib: float) -> dict[str, Any]:
+    """Run ``spec`` on ``spec.world_size`` spawned ranks; every process is gone afterwards,
+    at the latest ``spec.cap + ROW_MARGIN_S`` seconds after launch (plus killing them).
 
     Args:
         spec: The row.
         floor_gib: Stop the row when ``MemAvailable`` drops below this.
-        start_cap: Seconds each rank may take to import, join the group and build.
 
     Returns:
         Per-rank counters and times, the node's samples/s (sum over ranks, after each
@@ -214,7 +217,7 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
             p.start()
             roots.append(psutil.Process(p.pid))  # before anything can reap it
         with watch:
-            latest, stopped = _gather(results, roots, t0 + start_cap + spec.cap + 10, watch)
+            latest, stopped = _gather(results, roots, t0 + spec.cap + ROW_MARGIN_S, watch)
         life_s = time.perf_counter() - t0
     finally:
         left = kill_trees(roots, tuple(watch.seen.values()))
@@ -244,5 +247,6 @@ def run_row(spec: RowSpec, *, floor_gib: float, start_cap: float) -> dict[str, A
         "min_available_gib": watch.min_available / GIB,
         "tripped_gib": None if watch.tripped is None else watch.tripped / GIB,
         "left_alive": left,
+        "budget_s": spec.cap + ROW_MARGIN_S,
         "wall_s": time.perf_counter() - t0,
     }

@@ -14,9 +14,9 @@ batch) and reads batches. Kinds:
   collated into a batch, under the same ``DataLoader`` setup.
 
 A rank reads epochs until ``time_box`` seconds passed since its first batch and,
-for ``ours``, until it crossed an epoch boundary (to measure the gap), but never
-beyond ``cap`` seconds. It sends its counters to the harness twice a second, so a
-rank that is killed still leaves what it did.
+for ``ours`` (unless ``epoch_gap`` is off), until it crossed an epoch boundary (to measure
+the gap), but never beyond ``cap`` seconds after it started. It sends its counters to the
+harness twice a second, so a rank that is killed still leaves what it did.
 """
 
 from __future__ import annotations
@@ -50,7 +50,11 @@ class RowSpec:
         crop_padding: Padding of the paired crop (``ours``).
         seed: Order seed.
         time_box: Seconds of reading after a rank's first batch.
-        cap: Seconds after which a rank stops however far it got.
+        cap: Seconds after the rank's start (and the harness's launch of the row, plus a
+            margin: :func:`bench.scale.user_node.run_row`) after which it stops however far it
+            got.
+        epoch_gap: ``ours`` reads past an epoch boundary, to measure the gap (off: the start-up
+            of 1 rank alone needs none).
     """
 
     kind: str
@@ -68,6 +72,7 @@ class RowSpec:
     seed: int
     time_box: float
     cap: float
+    epoch_gap: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in ("ours", "lists", "packs"):
@@ -144,7 +149,7 @@ def rank_main(spec: RowSpec, rank: int, port: int, results: Any) -> None:
         loader, set_epoch = _build(spec, rank)
         st["build_s"] = time.perf_counter() - t2
         st["build_cpu_s"] = time.process_time() - c2
-        _read(spec, loader, set_epoch, st, results)
+        _read(spec, loader, set_epoch, st, results, t0)
         st["done"] = True
     except Exception as e:
         st["error"] = f"{type(e).__name__}: {e}"
@@ -162,7 +167,11 @@ def _gaps(gaps: list[float]) -> dict[str, Any]:
     }
 
 
-def _read(spec: RowSpec, loader: Any, set_epoch: Any, st: dict[str, Any], results: Any) -> None:
+def _read(
+    spec: RowSpec, loader: Any, set_epoch: Any, st: dict[str, Any], results: Any, began: float
+) -> None:
+    """Read until the time box (and, for ``ours``, an epoch boundary) or ``spec.cap`` seconds
+    after ``began`` (the rank's start)."""
     start = sent = time.perf_counter()
     cpu = time.process_time()
     gaps: list[float] = []
@@ -182,8 +191,9 @@ def _read(spec: RowSpec, loader: Any, set_epoch: Any, st: dict[str, Any], result
             st["samples"] += k
             st["t_last"] = now
             boxed = now - st["t_first"] >= spec.time_box
-            if now - start >= spec.cap or (boxed and (spec.kind != "ours" or gaps)):
-                st["stopped"] = "cap" if now - start >= spec.cap else "time box"
+            gapped = spec.kind != "ours" or gaps or not spec.epoch_gap
+            if now - began >= spec.cap or (boxed and gapped):
+                st["stopped"] = "cap" if now - began >= spec.cap else "time box"
                 st.update(_gaps(gaps))
                 return
             if now - sent >= 0.5:

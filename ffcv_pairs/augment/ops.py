@@ -23,7 +23,7 @@ from ..format.schema import PairSchema
 from ..kernels.noise import normal_table
 from ..kernels.photometric import ChannelPlanes, PhotometricConfig, photometric
 from ..kernels.pixels import photometric_uint8
-from ..kernels.resize import ResizePlan, resized_crop
+from ..kernels.resize import ResizeShape, resized_crop
 from .config import ImageAxes, PairAugment
 from .placement import OpPlacement
 
@@ -73,8 +73,8 @@ class ResizedCrop(Operation):
             src = _numeric(images[:n]).reshape(n, -1)
             out = dst[:n] if dst.dtype != np.float16 else np.empty(dst[:n].shape, np.float32)
             integer = out.dtype == np.uint8
-            plan = ResizePlan(ax.planes, ax.height, ax.width, ax.pixel, oh, ow, integer)
-            resized_crop(indices, src, out.reshape(n, -1), plan, geo, clock, tag)
+            rs = ResizeShape(ax.planes, ax.height, ax.width, ax.pixel, oh, ow, integer)
+            resized_crop(indices, src, out.reshape(n, -1), rs, geo, clock, tag)
             if out is not dst[:n]:
                 dst[:n] = out
             return dst[:n]

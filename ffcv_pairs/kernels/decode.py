@@ -2,7 +2,7 @@
 
 A batch is described by :class:`BatchRefs` (the sample ids, which key the
 randomness, and where each sample's images start in ``mm``); each field by a
-:class:`FieldPlan` and one pixel of constant padding (row ``t`` of ``fills``).
+:class:`StoredImage` and one pixel of constant padding (row ``t`` of ``fills``).
 Outputs are byte arrays ``(batch, planes, out_h, out_w * pixel_bytes)``: the
 decoder moves whole pixels as bytes, so it works for any dtype (float16 too,
 which numba cannot type).
@@ -19,7 +19,7 @@ from .bytemoves import copy_bytes
 from .geometry import geometry_params
 from .planes import PlaneMove, move_plane
 
-__all__ = ["BatchRefs", "FieldPlan", "decode_pairs", "decode_pairs_serial"]
+__all__ = ["BatchRefs", "StoredImage", "decode_pairs", "decode_pairs_serial"]
 
 
 class BatchRefs(NamedTuple):
@@ -32,7 +32,7 @@ class BatchRefs(NamedTuple):
     ptr_b: np.ndarray
 
 
-class FieldPlan(NamedTuple):
+class StoredImage(NamedTuple):
     """A stored image as ``(planes, height, width, pixel_bytes)``. Without geometry:
     ``(1, 1, nbytes, 1)``."""
 
@@ -43,18 +43,18 @@ class FieldPlan(NamedTuple):
 
 
 @nb.njit(cache=True, nogil=True)
-def _decode_sample(i, batch, mm, outs, plans, fills, geo, clock):  # pragma: no cover - JIT
+def _decode_sample(i, batch, mm, outs, stored, fills, geo, clock):  # pragma: no cover - JIT
     """Sample ``i`` of a batch: see :func:`decode_pairs`."""
     starts = (batch.ptr_a[batch.rows[i]], batch.ptr_b[batch.rows[i]])
     if geo.identity:
         for t in range(2):
-            p = plans[t]
+            p = stored[t]
             n = p.planes * p.height * p.width * p.pixel_bytes
             copy_bytes(outs[t][i].reshape(-1), 0, mm, starts[t], n)
         return
-    place = geometry_params(geo, clock, batch.ids[i], 0, plans[0].height, plans[0].width)
+    place = geometry_params(geo, clock, batch.ids[i], 0, stored[0].height, stored[0].width)
     for t in range(2):
-        p, out = plans[t], outs[t]
+        p, out = stored[t], outs[t]
         if t == 1 and not geo.paired:
             place = geometry_params(geo, clock, batch.ids[i], 1, p.height, p.width)
         dst = out[i].reshape(-1)
@@ -73,14 +73,14 @@ def _decode_sample(i, batch, mm, outs, plans, fills, geo, clock):  # pragma: no 
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
-def decode_pairs(batch, mm, outs, plan_a, plan_b, fills, geo, clock):  # pragma: no cover - JIT
+def decode_pairs(batch, mm, outs, stored_a, stored_b, fills, geo, clock):  # pragma: no cover - JIT
     """Decode (and geometrically augment) A and B of every sample of ``batch``.
 
     Args:
         batch: :class:`BatchRefs`.
         mm: The file's bytes (the mapping, or the process cache's slots).
         outs: ``(out_a, out_b)`` byte arrays ``(batch, planes, out_h, out_w * pixel_bytes)``.
-        plan_a, plan_b: :class:`FieldPlan` of A and of B.
+        stored_a, stored_b: :class:`StoredImage` of A and of B.
         fills: uint8 ``(2, bytes)``: one pixel of constant padding for A and for B.
         geo: :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`.
         clock: ``[seed, epoch]``, read by reference (a new epoch needs no recompiling).
@@ -91,11 +91,11 @@ def decode_pairs(batch, mm, outs, plan_a, plan_b, fills, geo, clock):  # pragma:
     out_a, out_b = outs
     for i in nb.prange(len(ids)):
         batch_i = BatchRefs(ids, rows, ptr_a, ptr_b)
-        _decode_sample(i, batch_i, mm, (out_a, out_b), (plan_a, plan_b), fills, geo, clock)
+        _decode_sample(i, batch_i, mm, (out_a, out_b), (stored_a, stored_b), fills, geo, clock)
 
 
 @nb.njit(cache=True, nogil=True)
-def decode_pairs_serial(batch, mm, outs, plan_a, plan_b, fills, geo, clock):  # pragma: no cover
+def decode_pairs_serial(batch, mm, outs, stored_a, stored_b, fills, geo, clock):  # pragma: no cover
     """:func:`decode_pairs` on one thread: no parallel runtime (about 45 MB a process)."""
     for i in range(len(batch.ids)):
-        _decode_sample(i, batch, mm, outs, (plan_a, plan_b), fills, geo, clock)
+        _decode_sample(i, batch, mm, outs, (stored_a, stored_b), fills, geo, clock)

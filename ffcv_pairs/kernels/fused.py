@@ -26,7 +26,7 @@ from .photometric import ChannelPlanes, PixelDraw, draw_pixels, image_mean, stor
 from .pixels import OUT_UINT8, OutputSpec, new_pixel_work
 from .pixels import finish_image as finish
 from .planes import PlaneMove, move_plane
-from .resize import ResizePlan, new_work, resize_sample
+from .resize import ResizeShape, new_work, resize_sample
 
 __all__ = ["FusedOps", "fused_pairs", "fused_pairs_serial"]
 
@@ -61,7 +61,7 @@ class _Job(NamedTuple):
     batch: tuple
     mm: np.ndarray
     outs: tuple
-    plans: tuple
+    stored: tuple
     geo: tuple
     photo: tuple
     ops: FusedOps
@@ -74,37 +74,37 @@ class _FieldWork(NamedTuple):
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _resize_plan(plan, geo):  # pragma: no cover - JIT
-    return ResizePlan(
-        plan.planes, plan.height, plan.width, plan.pixel_bytes, geo.out_h, geo.out_w, True
+def _resize_shape(image, geo):  # pragma: no cover - JIT
+    return ResizeShape(
+        image.planes, image.height, image.width, image.pixel_bytes, geo.out_h, geo.out_w, True
     )
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _channels(plan, geo):  # pragma: no cover - JIT
-    return ChannelPlanes(plan.planes, plan.pixel_bytes, geo.out_h * geo.out_w * plan.pixel_bytes)
+def _channels(image, geo):  # pragma: no cover - JIT
+    return ChannelPlanes(image.planes, image.pixel_bytes, geo.out_h * geo.out_w * image.pixel_bytes)
 
 
 @nb.njit(cache=True, nogil=True)
-def _field_work(plan, geo):  # pragma: no cover - JIT
-    stage = np.empty(plan.planes * geo.out_h * geo.out_w * plan.pixel_bytes, np.uint8)
-    resize = new_work(_resize_plan(plan, geo), stage)
-    return _FieldWork(stage, resize, new_pixel_work(_channels(plan, geo)))
+def _field_work(image, geo):  # pragma: no cover - JIT
+    stage = np.empty(image.planes * geo.out_h * geo.out_w * image.pixel_bytes, np.uint8)
+    resize = new_work(_resize_shape(image, geo), stage)
+    return _FieldWork(stage, resize, new_pixel_work(_channels(image, geo)))
 
 
 @nb.njit(cache=True, nogil=True)
 def _geometry(job, start, t, place, work):  # pragma: no cover - JIT
     """Field ``t``'s stored image at ``job.mm[start:]`` -> ``work.stage``, moved by ``place``."""
-    geo, plan = job.geo, job.plans[t]
+    geo, image = job.geo, job.stored[t]
     if geo.resize:
-        rp = _resize_plan(plan, geo)
-        resize_sample(job.mm, start, work.stage, 0, rp, place, work.resize)
+        rs = _resize_shape(image, geo)
+        resize_sample(job.mm, start, work.stage, 0, rs, place, work.resize)
         return
-    p = plan.pixel_bytes
-    mv = PlaneMove(plan.height, plan.width, geo.out_h, geo.out_w, p, geo.pad_mode)
-    plane_in, plane_out = plan.height * plan.width * p, geo.out_h * geo.out_w * p
+    p = image.pixel_bytes
+    mv = PlaneMove(image.height, image.width, geo.out_h, geo.out_w, p, geo.pad_mode)
+    plane_in, plane_out = image.height * image.width * p, geo.out_h * geo.out_w * p
     fill = job.ops.fills[t]
-    for k in range(plan.planes):
+    for k in range(image.planes):
         move_plane(job.mm, start + k * plane_in, work.stage, k * plane_out, mv, place, fill)
 
 
@@ -113,15 +113,15 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
     """Sample ``i`` of the batch: both fields, see :func:`fused_pairs`."""
     batch, geo, ops, clock = job.batch, job.geo, job.ops, job.ops.clock
     sid, row = batch.ids[i], batch.rows[i]
-    place = geometry_params(geo, clock, sid, 0, job.plans[0].height, job.plans[0].width)
+    place = geometry_params(geo, clock, sid, 0, job.stored[0].height, job.stored[0].width)
     for t in range(2):
-        plan, work, out = job.plans[t], works[t], job.outs[t][i]
+        image, work, out = job.stored[t], works[t], job.outs[t][i]
         start = batch.ptr_a[row] if t == 0 else batch.ptr_b[row]
         if t == 1 and not geo.paired:
-            place = geometry_params(geo, clock, sid, 1, plan.height, plan.width)
-        chans = _channels(plan, geo)
+            place = geometry_params(geo, clock, sid, 1, image.height, image.width)
+        chans = _channels(image, geo)
         if geo.resize and ops.kind == OUT_UINT8 and not ops.photometric:
-            resize_sample(job.mm, start, out, 0, _resize_plan(plan, geo), place, work.resize)
+            resize_sample(job.mm, start, out, 0, _resize_shape(image, geo), place, work.resize)
             continue
         if geo.identity:
             x = job.mm[start : start + chans.planes * chans.plane_size]
@@ -142,13 +142,13 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
 @nb.njit(cache=True, nogil=True)
 def _fused_range(lo, hi, job):  # pragma: no cover - JIT
     """Samples ``[lo, hi)``, with this thread's scratch."""
-    works = (_field_work(job.plans[0], job.geo), _field_work(job.plans[1], job.geo))
+    works = (_field_work(job.stored[0], job.geo), _field_work(job.stored[1], job.geo))
     for i in range(lo, hi):
         _fused_sample(i, job, works)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
-def fused_pairs(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no cover - JIT
+def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma: no cover - JIT
     """Decode and augment A and B of every sample of ``batch``.
 
     Args:
@@ -156,7 +156,7 @@ def fused_pairs(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no
         mm: The file's bytes (the mapping, or the process cache's slots).
         outs: ``(out_a, out_b)``, ``(batch, output elements)`` in the output's dtype (uint8,
             float32, or uint16 holding float16/bfloat16 bits).
-        plan_a, plan_b: :class:`~ffcv_pairs.kernels.decode.FieldPlan` of the stored uint8
+        stored_a, stored_b: :class:`~ffcv_pairs.kernels.decode.StoredImage` of the stored uint8
             images (``pixel_bytes``: channels per pixel).
         geo: :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`, ``out_h``/``out_w`` the
             output size (crop or not).
@@ -175,7 +175,7 @@ def fused_pairs(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no
             BatchRefs(ids, rows, ptr_a, ptr_b),
             mm,
             (out_a, out_b),
-            (plan_a, plan_b),
+            (stored_a, stored_b),
             geo,
             photo,
             FusedOps(photometric, kind, norm, table, fills, clock, stats, stats_use, threads),
@@ -184,7 +184,7 @@ def fused_pairs(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no
 
 
 @nb.njit(cache=True, nogil=True)
-def fused_pairs_serial(batch, mm, outs, plan_a, plan_b, geo, photo, ops):  # pragma: no cover
+def fused_pairs_serial(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma: no cover
     """:func:`fused_pairs` on one thread (no parallel runtime)."""
-    job = _Job(batch, mm, outs, (plan_a, plan_b), geo, photo, ops)
+    job = _Job(batch, mm, outs, (stored_a, stored_b), geo, photo, ops)
     _fused_range(0, len(batch.ids), job)

@@ -41,12 +41,12 @@ from .bytemoves import prefetch
 from .geometry import Placement, geometry_params
 from .lanes import LANES, MAX_SPAN, blend8, rows8, store8
 
-__all__ = ["AHEAD", "ResizePlan", "ResizeWork", "new_work", "resize_sample", "resized_crop"]
+__all__ = ["AHEAD", "ResizeShape", "ResizeWork", "new_work", "resize_sample", "resized_crop"]
 
 AHEAD = 3  # per output row, source rows AHEAD and AHEAD + 1 on are prefetched
 
 
-class ResizePlan(NamedTuple):
+class ResizeShape(NamedTuple):
     """Stored ``(planes, height, width, pixel)`` elements to ``(planes, oh, ow, pixel)``;
     ``rounding``: an integer result (add 0.5 before truncating)."""
 
@@ -72,16 +72,16 @@ class ResizeWork(NamedTuple):
 
 
 @nb.njit(cache=True, nogil=True)
-def new_work(rp, like):  # pragma: no cover - JIT
-    """A :class:`ResizeWork` for plan ``rp``; ``turn`` has ``like``'s dtype."""
-    n = rp.planes * rp.oh * rp.ow * rp.pixel
+def new_work(rs, like):  # pragma: no cover - JIT
+    """A :class:`ResizeWork` for ``rs``; ``turn`` has ``like``'s dtype."""
+    n = rs.planes * rs.oh * rs.ow * rs.pixel
     return ResizeWork(
-        np.empty(rp.ow, np.int64),
-        np.empty(rp.ow, np.float32),
-        np.empty(rp.ow // LANES * 2, np.int64),
-        np.empty(rp.ow, np.int32),
-        np.zeros((rp.planes, (rp.width + 1) * rp.pixel + LANES), np.float32),
-        np.empty((rp.planes, rp.ow * rp.pixel), np.float32),
+        np.empty(rs.ow, np.int64),
+        np.empty(rs.ow, np.float32),
+        np.empty(rs.ow // LANES * 2, np.int64),
+        np.empty(rs.ow, np.int32),
+        np.zeros((rs.planes, (rs.width + 1) * rs.pixel + LANES), np.float32),
+        np.empty((rs.planes, rs.ow * rs.pixel), np.float32),
         np.empty(n, like.dtype),
     )
 
@@ -96,17 +96,17 @@ def _tap(r, start, length, out_len, limit):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _column_taps(rp, x0, rw, flip, work):  # pragma: no cover - JIT
+def _column_taps(rs, x0, rw, flip, work):  # pragma: no cover - JIT
     """Fill ``work.xi``/``work.xw``; returns the source columns ``[lo, hi)`` the taps read."""
-    ow = rp.ow
+    ow = rs.ow
     for x in range(ow):
-        i0, w = _tap(ow - 1 - x if flip else x, x0, rw, ow, rp.width)
+        i0, w = _tap(ow - 1 - x if flip else x, x0, rw, ow, rs.width)
         work.xi[x], work.xw[x] = i0, w
     lo = min(work.xi[0], work.xi[ow - 1])
-    hi = min(max(work.xi[0], work.xi[ow - 1]) + 2, rp.width)
+    hi = min(max(work.xi[0], work.xi[ow - 1]) + 2, rs.width)
     for x in range(ow):
-        work.xi[x] = (work.xi[x] - lo) * rp.pixel
-    if rp.pixel == 1:
+        work.xi[x] = (work.xi[x] - lo) * rs.pixel
+    if rs.pixel == 1:
         _windows(work)
     return lo, hi
 
@@ -131,31 +131,31 @@ def _windows(work):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _prefetch_rows(src, s0, rp, cols, first, last):  # pragma: no cover - JIT
+def _prefetch_rows(src, s0, rs, cols, first, last):  # pragma: no cover - JIT
     """:func:`~ffcv_pairs.kernels.bytemoves.prefetch` every cache line of source rows
     ``first..last`` (inclusive, clipped to the image) of every plane over ``cols``."""
-    row_len, plane_len = rp.width * rp.pixel, rp.height * rp.width * rp.pixel
+    row_len, plane_len = rs.width * rs.pixel, rs.height * rs.width * rs.pixel
     lo, n = cols
-    for r in range(max(first, 0), min(last, rp.height - 1) + 1):
-        for k in range(rp.planes):
+    for r in range(max(first, 0), min(last, rs.height - 1) + 1):
+        for k in range(rs.planes):
             i = s0 + k * plane_len + r * row_len + lo
             for j in range(0, n + 63, 64):
                 prefetch(src, i + min(j, n - 1))
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _vertical(src, s0, rp, cols, fy, rows):  # pragma: no cover - JIT
+def _vertical(src, s0, rs, cols, fy, rows):  # pragma: no cover - JIT
     """Blend source rows ``fy[0]`` and ``fy[0] + 1`` (weight ``fy[1]``) of every plane over the
     element range ``cols = (lo, n)`` into ``rows`` (float32, one row per plane); the last
     pixel is repeated once. :data:`LANES` values per :func:`~ffcv_pairs.kernels.lanes.rows8`,
     the last step overlapping the one before; a row shorter than that, one by one."""
     a, wy = fy
-    b = min(a + 1, rp.height - 1)
-    half = np.float32(0.5) if rp.rounding else np.float32(0.0)
-    row_len, plane_len = rp.width * rp.pixel, rp.height * rp.width * rp.pixel
+    b = min(a + 1, rs.height - 1)
+    half = np.float32(0.5) if rs.rounding else np.float32(0.0)
+    row_len, plane_len = rs.width * rs.pixel, rs.height * rs.width * rs.pixel
     lo, n = cols
-    p, stride = rp.pixel, rows.shape[1]
-    for k in range(rp.planes):
+    p, stride = rs.pixel, rows.shape[1]
+    for k in range(rs.planes):
         i0 = s0 + k * plane_len + lo + a * row_len
         i1, o = i0 + (b - a) * row_len, k * stride
         if n >= LANES:
@@ -192,7 +192,7 @@ def _planes_row(work, ks, ow):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _horizontal(rp, dst, d_row, plane_out, work):  # pragma: no cover - JIT
+def _horizontal(rs, dst, d_row, plane_out, work):  # pragma: no cover - JIT
     """One output row of every plane from ``work.rows``: ``dst[d_row + k * plane_out + ...]``.
 
     Planes (``pixel == 1``) go three at a time through :func:`_planes_row` (one load of the
@@ -200,13 +200,13 @@ def _horizontal(rp, dst, d_row, plane_out, work):  # pragma: no cover - JIT
     line is then stored in ``dst``'s dtype, :data:`LANES` values per
     :func:`~ffcv_pairs.kernels.lanes.store8`.
     """
-    rows, line, xi, xw, ow, p = work.rows, work.line, work.xi, work.xw, rp.ow, rp.pixel
+    rows, line, xi, xw, ow, p = work.rows, work.line, work.xi, work.xw, rs.ow, rs.pixel
     k = 0
     if p == 1:
-        while k < rp.planes:  # a last plane or two is blended again: one tuple type to compile
-            _planes_row(work, (k, min(k + 1, rp.planes - 1), min(k + 2, rp.planes - 1)), ow)
+        while k < rs.planes:  # a last plane or two is blended again: one tuple type to compile
+            _planes_row(work, (k, min(k + 1, rs.planes - 1), min(k + 2, rs.planes - 1)), ow)
             k += 3
-    while k < rp.planes:
+    while k < rs.planes:
         for x in range(ow):
             a, w = np.uint64(xi[x]), xw[x]
             for c in range(p):
@@ -214,7 +214,7 @@ def _horizontal(rp, dst, d_row, plane_out, work):  # pragma: no cover - JIT
                 line[k, x * p + c] = q + (rows[k, a + np.uint64(p + c)] - q) * w
         k += 1
     n, stride = ow * p, line.shape[1]
-    for k in range(rp.planes):
+    for k in range(rs.planes):
         d = d_row + k * plane_out
         if n >= LANES:
             for j in range(0, n - LANES, LANES):
@@ -226,11 +226,11 @@ def _horizontal(rp, dst, d_row, plane_out, work):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _quarter_turn(rp, src, dst, d0, rot):  # pragma: no cover - JIT
+def _quarter_turn(rs, src, dst, d0, rot):  # pragma: no cover - JIT
     """``dst[d0:]`` = ``src`` (planes of ``(n, n, pixel)``) turned by ``rot`` (1 or 3) quarters."""
-    n, p = rp.oh, rp.pixel
+    n, p = rs.oh, rs.pixel
     plane = n * n * p
-    for k in range(rp.planes):
+    for k in range(rs.planes):
         for y in range(n):
             for x in range(n):
                 sy, sx = (x, n - 1 - y) if rot == 1 else (n - 1 - x, y)
@@ -240,24 +240,24 @@ def _quarter_turn(rp, src, dst, d0, rot):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, fastmath={"contract"})
-def _resample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
+def _resample(src, s0, dst, d0, rs, place, work):  # pragma: no cover - JIT
     """The region of ``place``, flipped by its flags (no quarter turn), into ``dst[d0:]``."""
-    lo, hi = _column_taps(rp, place.x0, place.rw, place.hflip > 0, work)
-    cols = (lo * rp.pixel, (hi - lo) * rp.pixel)
-    plane_out = rp.oh * rp.ow * rp.pixel
+    lo, hi = _column_taps(rs, place.x0, place.rw, place.hflip > 0, work)
+    cols = (lo * rs.pixel, (hi - lo) * rs.pixel)
+    plane_out = rs.oh * rs.ow * rs.pixel
     step = -1 if place.vflip else 1  # the direction source rows are read in
-    for y in range(rp.oh):
-        fy = _tap(rp.oh - 1 - y if place.vflip else y, place.y0, place.rh, rp.oh, rp.height)
+    for y in range(rs.oh):
+        fy = _tap(rs.oh - 1 - y if place.vflip else y, place.y0, place.rh, rs.oh, rs.height)
         a = fy[0] + (step < 0)  # the first of the two rows in reading order
         near, far = a + step * (0 if y == 0 else AHEAD), a + step * (AHEAD + 1)
-        _prefetch_rows(src, s0, rp, cols, min(near, far), max(near, far))
-        _vertical(src, s0, rp, cols, fy, work.rows)
-        _horizontal(rp, dst, d0 + y * rp.ow * rp.pixel, plane_out, work)
+        _prefetch_rows(src, s0, rs, cols, min(near, far), max(near, far))
+        _vertical(src, s0, rs, cols, fy, work.rows)
+        _horizontal(rs, dst, d0 + y * rs.ow * rs.pixel, plane_out, work)
 
 
 @nb.njit(cache=True, nogil=True)
-def resize_sample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
-    """One image: ``src[s0:]`` (``rp``'s stored planes) -> ``dst[d0:]`` (output planes).
+def resize_sample(src, s0, dst, d0, rs, place, work):  # pragma: no cover - JIT
+    """One image: ``src[s0:]`` (``rs``'s stored planes) -> ``dst[d0:]`` (output planes).
 
     ``place``: the sample's :class:`~ffcv_pairs.kernels.geometry.Placement`. A half turn
     is both flips; a quarter turn resamples into ``work.turn``, then turns.
@@ -267,21 +267,21 @@ def resize_sample(src, s0, dst, d0, rp, place, work):  # pragma: no cover - JIT
     vflip = np.int64((place.vflip > 0) != (rot == 2))
     flat = Placement(hflip, vflip, np.int64(0), place.y0, place.x0, place.rh, place.rw)
     if rot == 1 or rot == 3:
-        _resample(src, s0, work.turn, 0, rp, flat, work)
-        _quarter_turn(rp, work.turn, dst, d0, rot)
+        _resample(src, s0, work.turn, 0, rs, flat, work)
+        _quarter_turn(rs, work.turn, dst, d0, rot)
     else:
-        _resample(src, s0, dst, d0, rp, flat, work)
+        _resample(src, s0, dst, d0, rs, flat, work)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
-def resized_crop(ids, src, dst, rp, geo, clock, tag):  # pragma: no cover - JIT
+def resized_crop(ids, src, dst, rs, geo, clock, tag):  # pragma: no cover - JIT
     """Random resized crop of a decoded batch: ``src`` ``(batch, stored elements)`` to ``dst``
-    ``(batch, output elements)`` (float32, or uint8 with ``rp.rounding``).
+    ``(batch, output elements)`` (float32, or uint8 with ``rs.rounding``).
 
     ``geo``: :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`; ``tag`` (0 for A, 1 for B)
     keys the draw only when ``geo.paired`` is False.
     """
     for i in nb.prange(len(ids)):
-        work = new_work(rp, dst[i])
-        place = geometry_params(geo, clock, ids[i], tag, rp.height, rp.width)
-        resize_sample(src[i], 0, dst[i], 0, rp, place, work)
+        work = new_work(rs, dst[i])
+        place = geometry_params(geo, clock, ids[i], tag, rs.height, rs.width)
+        resize_sample(src[i], 0, dst[i], 0, rs, place, work)

@@ -29,7 +29,7 @@ from ffcv.pipeline.state import State
 from ..augment.config import ImageAxes, PairAugment
 from ..augment.placement import OpPlacement
 from ..format.schema import ArraySpec, PairSchema
-from ..kernels.decode import BatchRefs, FieldPlan, decode_pairs, decode_pairs_serial
+from ..kernels.decode import BatchRefs, StoredImage, decode_pairs, decode_pairs_serial
 from ..kernels.fused import fused_pairs, fused_pairs_serial
 from ..kernels.geometry import GeometryConfig
 from .fusing import fused_config, output_array
@@ -43,7 +43,7 @@ def planes_view(batch: np.ndarray, planes: int, height: int) -> np.ndarray:
 
 
 class _FieldOutput:
-    """How the decoder reads one field (``plan``, for the kernel) and what it writes."""
+    """How the decoder reads one field (``stored``, for the kernel) and what it writes."""
 
     def __init__(self, spec: ArraySpec, axes: ImageAxes | None, aug: PairAugment | None):
         self.spec = spec
@@ -51,14 +51,14 @@ class _FieldOutput:
         geometric = aug is not None and aug.has_geometry and not aug.resizes
         if axes is None or aug is None or not geometric:
             self.out_shape = spec.shape
-            self.plan = FieldPlan(1, 1, spec.nbytes, 1)
+            self.stored = StoredImage(1, 1, spec.nbytes, 1)
             self.fill = np.zeros(1, dtype=np.uint8)
             self.out_planes, self.out_height = 1, 1
             return
         item = spec.np_dtype.itemsize
         self.out_shape = aug.output_shape(axes)
         self.fill = np.full(axes.pixel, aug.fill, dtype=spec.np_dtype).view(np.uint8)
-        self.plan = FieldPlan(axes.planes, axes.height, axes.width, axes.pixel * item)
+        self.stored = StoredImage(axes.planes, axes.height, axes.width, axes.pixel * item)
         self.out_planes = axes.planes
         self.out_height = aug.out_size[0] if aug.out_size is not None else axes.height
 
@@ -122,7 +122,7 @@ class PairDecoder(Operation):
         if self.fused is not None:
             return self._fused_code()
         fa, fb = self.fields
-        plan_a, plan_b = fa.plan, fb.plan
+        stored_a, stored_b = fa.stored, fb.stored
         fills = np.zeros((2, max(len(fa.fill), len(fb.fill))), dtype=np.uint8)
         fills[0, : len(fa.fill)], fills[1, : len(fb.fill)] = fa.fill, fb.fill
         geo, clock, ptr_b, shift = self.geo, self.clock, self.ptr_b, self.page_shift
@@ -137,7 +137,7 @@ class PairDecoder(Operation):
                 planes_view(out_a, fa.out_planes, fa.out_height),
                 planes_view(out_b, fb.out_planes, fb.out_height),
             )
-            kernel(batch, mm, outs, plan_a, plan_b, fills, geo, clock)
+            kernel(batch, mm, outs, stored_a, stored_b, fills, geo, clock)
             return out_a, out_b
 
         return decode
@@ -153,7 +153,7 @@ class PairDecoder(Operation):
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
             kernel = fused_pairs if threads > 1 else fused_pairs_serial
-            kernel(batch, mm, outs, cfg.plan_a, cfg.plan_b, cfg.geo, cfg.photo, ops)
+            kernel(batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops)
             return out_a, out_b
 
         return decode

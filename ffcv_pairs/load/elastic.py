@@ -41,10 +41,10 @@ __all__ = [
     "EpochPosition",
     "Segment",
     "batches_in",
-    "plan_order",
     "remaining",
     "resume_epoch",
     "resume_point",
+    "resumed_order",
 ]
 
 
@@ -193,7 +193,7 @@ def remaining(
     return pool
 
 
-def plan_order(
+def resumed_order(
     index: PageIndex, spec: OrderSpec, epoch: int, history: Sequence[Segment] = ()
 ) -> np.ndarray:
     """The ids ``spec.rank`` reads in ``epoch`` after ``history``, in order.
@@ -226,7 +226,7 @@ class EpochPosition:
 
     @classmethod
     def start(cls, index: PageIndex, spec: OrderSpec, epoch: int) -> EpochPosition:
-        return cls(epoch, (), plan_order(index, spec, epoch), _world(spec))
+        return cls(epoch, (), resumed_order(index, spec, epoch), _world(spec))
 
     @property
     def batches(self) -> int:
@@ -258,7 +258,9 @@ def resume_epoch(
         ValueError: the segments claim more batches than there were.
     """
     history, skip = resume_point(segments, _world(spec))
-    position = EpochPosition(epoch, history, plan_order(index, spec, epoch, history), _world(spec))
+    position = EpochPosition(
+        epoch, history, resumed_order(index, spec, epoch, history), _world(spec)
+    )
     if skip > position.batches:
         raise ValueError(
             f"state says {skip} batches of epoch {epoch} were consumed on this world, "

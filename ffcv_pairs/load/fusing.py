@@ -9,7 +9,7 @@ import numpy as np
 from ..augment.config import ImageAxes, PairAugment
 from ..augment.placement import OpPlacement
 from ..format.schema import PairSchema
-from ..kernels.decode import FieldPlan
+from ..kernels.decode import StoredImage
 from ..kernels.fused import FusedOps
 from ..kernels.geometry import GeometryConfig
 from ..kernels.noise import normal_table
@@ -32,15 +32,15 @@ class FusedConfig:
     """The kernel's arguments besides the batch, and what the decoder allocates.
 
     Attributes:
-        plan_a, plan_b: The stored images.
+        stored_a, stored_b: The stored images.
         geo, photo: The geometry and photometric configs.
         ops: The rest (``threads`` is set per batch).
         shapes: Output shape of A and of B.
         dtype: The output buffers' dtype (uint16 for bfloat16 bits).
     """
 
-    plan_a: FieldPlan
-    plan_b: FieldPlan
+    stored_a: StoredImage
+    stored_b: StoredImage
     geo: GeometryConfig
     photo: PhotometricConfig
     ops: FusedOps
@@ -92,7 +92,7 @@ def fused_config(
     axes = augment.field_axes(schema)
     a, b = (axes[n] for n in schema.IMAGE_FIELDS)
     records, stored = (_no_stats(), {}) if stats is None else stats
-    plans = [FieldPlan(ax.planes, ax.height, ax.width, ax.pixel) for ax in (a, b)]
+    images = [StoredImage(ax.planes, ax.height, ax.width, ax.pixel) for ax in (a, b)]
     fills = np.full((2, max(a.pixel, b.pixel)), augment.fill, dtype=np.float64)
     kind, dtype = _KINDS[placement.output_dtype]
     ops = FusedOps(
@@ -107,8 +107,8 @@ def fused_config(
         threads=1,
     )
     return FusedConfig(
-        plan_a=plans[0],
-        plan_b=plans[1],
+        stored_a=images[0],
+        stored_b=images[1],
         geo=augment.geometry_config(a),
         photo=augment.photometric_config(),
         ops=ops,

@@ -36,7 +36,7 @@ from .budget import check_budget, estimate_memory
 from .delivery.engines import CopyEngine, CudaEngine
 from .delivery.stage import DeviceStage
 from .devices import resolve_device
-from .elastic import EpochPosition, batches_in, plan_order, resume_epoch
+from .elastic import EpochPosition, batches_in, resume_epoch, resumed_order
 from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, options_doc
@@ -173,7 +173,7 @@ class PairLoader:
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Sample ids this rank reads in a whole ``epoch``, in order (before batching)."""
-        return plan_order(self.index, self.spec, epoch)
+        return resumed_order(self.index, self.spec, epoch)
 
     def close(self) -> None:
         """Stop the loading thread of an unfinished epoch (and wait for it)."""

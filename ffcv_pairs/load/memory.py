@@ -67,7 +67,7 @@ class PairProcessCacheManager(_PointerManager, ProcessCacheManager):
     """Upstream's process cache (``os_cache=False``): pages are read into private
     buffers ahead of the batches that need them, by reader threads.
 
-    Planning each epoch's page schedule is still upstream's Python loop over the
+    Computing each epoch's page schedule is still upstream's Python loop over the
     epoch's samples (about a microsecond a sample). Every rank holds its own copy
     of the pages it has in flight, so prefer the default OS cache when ranks
     share a node.

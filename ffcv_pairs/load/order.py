@@ -2,7 +2,7 @@
 
 Quasi-random, in three steps, all keyed by this project's counter-based hash
 (never numpy's ``Generator``, whose streams numpy does not promise to keep), so
-that every rank computes the same global plan without talking to the others,
+that every rank computes the same global order without talking to the others,
 and an upgrade does not change the orders (``tests/test_order.py`` pins them):
 
 1. **Permute pages** with ``(seed, epoch)`` (:func:`~ffcv_pairs.kernels.permute.permute`):
@@ -28,7 +28,7 @@ needs that many pages resident. Upstream fixes it at ``2 * batch_size`` pages
 "random" is a global permutation per epoch (a keyed Feistel bijection: each
 rank computes only its own positions), dealt the same way; "sequential" deals
 the samples in file order, in contiguous blocks. A resumed epoch on another
-world size is planned by :mod:`~ffcv_pairs.load.elastic` from these pieces.
+world size is worked out by :mod:`~ffcv_pairs.load.elastic` from these pieces.
 """
 
 from __future__ import annotations

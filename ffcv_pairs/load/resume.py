@@ -54,7 +54,7 @@ def _indices_identity(index: PageIndex, num_samples: int) -> str:
 
 
 def resume_fingerprint(reader: PairReader, index: PageIndex, spec: OrderSpec) -> dict[str, Any]:
-    """What the epoch's plan depends on: the fixed fields and this world's settings."""
+    """What the epoch's order depends on: the fixed fields and this world's settings."""
     return {
         "file": file_identity(reader),
         "indices": _indices_identity(index, reader.num_samples),

@@ -169,6 +169,7 @@ def test_user_scale_at_two_sizes_writes_every_section_and_cleans_up(tmp_path: Pa
     assert "listing" not in res["sizes"][0]["convert"]
     alone = res["sizes"][-1]["alone"]
     assert len(alone) == 2 and "alone" not in res["sizes"][0]
+    assert [len(e["warm_s"]) for e in res["sizes"]] == [1, 2]  # again before the runs alone
     for run in alone:
         assert len(run["ranks"]) == 1 and run["ranks"][0]["startup_s"] > 0, run["ranks"]
         assert run["left_alive"] == 0
@@ -305,8 +306,9 @@ def _fake_result(user12: dict[int, tuple[float | None, float, str | None]]) -> d
             _row("lists", 4, 2_000.0, 500 + 0.004 * n),
             _row("packs", 12, 3_500.0, 7_000.0 + 0.0003 * n),
         ]
-        sizes.append({"n": n, "convert": conv, "rows": rows})
+        sizes.append({"n": n, "convert": conv, "rows": rows, "warm_s": [5.0]})
     largest = sizes[-1]
+    largest["warm_s"].append(4.0)
     largest["convert"].update(listing={"seconds": 8.0, "entries": 3 * largest["n"]}, import_s=5.0)
     largest["alone"] = [
         _row(
@@ -501,6 +503,10 @@ def test_report_renders_every_section_from_a_made_up_result(tmp_path: Path, size
         assert "| 1,000,000 | 700,000 | — | — (user: stopped by the memory floor" in md
         assert "700*; 1M: 3,000*" not in md and "100k: 700; 300k: 1,100; 1M: 3,000*" in md
         assert "the user's 200 GB node is full at N ≈" in md
+        assert (
+            "seconds it took: 100,000: 5.0, 300,000: 5.0, 1,000,000: 5.0, 3,000,000: 5.0 / 4.0;"
+            in md
+        )
     else:
         assert "no fit (fewer than two sizes)" in md and "no fit (one size)" in md
 

@@ -152,9 +152,9 @@ def run_user_scale(cfg: UserScaleConfig, command: str) -> Path:
         log.info("user-scale: making %d pairs under %s", cfg.n, layout.src)
         res["source"] = _source(cfg)
         res["source"]["load_per_s"] = _load_rate(layout.src)
-        for k, n in enumerate(cfg.sizes):
+        for n in cfg.sizes:
             res["sizes"].append({"n": n})
-            run_size(cfg, res["sizes"][-1], warm=k == 0)
+            run_size(cfg, res["sizes"][-1])
     except Exception as e:  # reported, then raised again
         failed = e
         res["error"] = f"{type(e).__name__}: {e}"

@@ -176,17 +176,31 @@ def memory_section(res: dict[str, Any], curves: list[dict[str, Any]], heading: s
     return [*out, ""]
 
 
+def _compiled(r: dict[str, Any]) -> str:
+    cpu = _cpu(r)
+    if cpu is None or cpu <= 3:
+        return ""
+    return "; over 3 CPU s: numba compiled here (something rewrote its cache since the warm-up)"
+
+
 def startup_section(res: dict[str, Any], heading: str) -> list[str]:
     """Start-up (make_loader + first batch) per rank three ways, and the runs of 1 rank alone."""
     s = startup_three_ways(res)
     row = find_row(size_view(res), "ours")
     load = row.get("load_before")
+    warm = ", ".join(
+        f"{e['n']:,}: " + " / ".join(f"{w:.1f}" for w in e["warm_s"])
+        for e in res.get("sizes", [])
+        if e.get("warm_s")
+    )
     out = [
         heading,
         "",
         f"At {s['n']:,} pairs, the largest size. *start-up* = make_loader + first batch, with "
         "numba's one-time set-up in every process (loading the cached kernels: the numba cache "
-        "was filled once per machine before the first row, as a user's first run does). "
+        "was filled in a fresh process before the rows of each size and again before the runs "
+        f"alone, as a user's first run does; seconds it took: {warm or '—'}; a few when the "
+        "cache was warm already, tens when it compiled). "
         "*CPU s*: the CPU time of the rank's process over its start-up (all its threads), which "
         "other processes do not inflate. *1 rank alone*: a single rank (world size 1, the same "
         "file and batch size) in a fresh process, after every row had finished: a user's "
@@ -214,7 +228,7 @@ def startup_section(res: dict[str, Any], heading: str) -> list[str]:
                 f"| {k + 1} | {number(r.get('import_s'), 2)} | {number(r.get('init_s'), 2)} | "
                 f"{number(r.get('build_s'), 3)} | {number(r.get('first_batch_s'), 3)} | "
                 f"{number(r.get('startup_s'), 3)} | {number(_cpu(r), 3)} | "
-                f"{a['load_before']:.1f} | {result(a)} |"
+                f"{a['load_before']:.1f} | {result(a)}{_compiled(r)} |"
             )
         out.append("")
     return out

@@ -8,7 +8,9 @@ At each size ``N`` (ascending, one source made at the largest):
 2. the rows, each on ``N`` pairs: ffcv-pairs on that ``.beton``, the user's ``Dataset`` on
    the first ``N`` paths of each kind, the first ``ceil(N / pack_size)`` packs;
 3. at the largest size only, after every row: ``alone_runs`` single ranks (world size 1),
-   each a fresh process on the same file with the numba cache warm, as a user's second run;
+   each a fresh process on the same file with the numba cache warm, as a user's second run
+   (the cache is filled in a fresh process before the rows of every size and again before
+   these runs);
 4. the ``.beton`` is deleted (one on disk at a time).
 """
 
@@ -76,13 +78,16 @@ def row_specs(cfg: UserScaleConfig, n: int) -> list[RowSpec]:
     return [ours, *user, packs]
 
 
-def _warm_jit(cfg: UserScaleConfig, n: int) -> None:
-    """Fill the numba cache in a fresh process first: a user compiles once per machine."""
+def _warm_jit(cfg: UserScaleConfig, n: int) -> float:
+    """Fill the numba cache in a fresh process first (a user compiles once per machine);
+    returns its seconds: a few when the cache was warm already, tens when it compiled."""
     from bench.contest.rounds import first_batches
     from bench.core.fresh_process import call_fresh
 
     crop = (cfg.shape[-2], cfg.shape[-1])
+    t = time.perf_counter()
     call_fresh(first_batches, str(cfg.beton(n)), cfg.global_batch // cfg.world_size, crop)
+    return time.perf_counter() - t
 
 
 def _beton_from_arrays(cfg: UserScaleConfig, n: int) -> None:
@@ -151,19 +156,21 @@ def _alone(cfg: UserScaleConfig, n: int) -> list[dict[str, Any]]:
     return out
 
 
-def run_size(cfg: UserScaleConfig, out: dict[str, Any], *, warm: bool) -> None:
+def run_size(cfg: UserScaleConfig, out: dict[str, Any]) -> None:
     """Every step of size ``out["n"]``, into ``out`` as each ends (a failure keeps what was
-    measured); ``warm``: fill the numba cache first (the first size)."""
+    measured). The numba cache is filled before the rows and again before the runs alone
+    (``warm_s``): whatever else on the machine rewrote it, every start-up measured is a run
+    with the cache warm."""
     n = out["n"]
     try:
         log.info("user-scale: %d pairs: converting", n)
         out["convert"] = _convert(cfg, n)
-        if warm:
-            _warm_jit(cfg, n)
+        out["warm_s"] = [_warm_jit(cfg, n)]
         rows = out["rows"] = []
         for spec in row_specs(cfg, n):
             rows.append(_run(cfg, spec))
         if n == cfg.n and cfg.alone_runs:
+            out["warm_s"].append(_warm_jit(cfg, n))
             out["alone"] = _alone(cfg, n)
     finally:
         shutil.rmtree(cfg.beton(n).parent, ignore_errors=True)

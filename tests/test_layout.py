@@ -1,6 +1,6 @@
 """The package's layout rules: imports point one way along the data path, no circles,
 no module over about 400 lines, no two modules with one basename, kernels free of
-configuration classes."""
+configuration classes, and arguments grouped for kernels in named tuples, not bare ones."""
 
 from __future__ import annotations
 
@@ -119,7 +119,9 @@ def test_kernels_know_no_configuration() -> None:
 
 
 def test_no_function_takes_many_positional_parameters() -> None:
-    """Keyword-only arguments (``make_loader``'s options) do not count."""
+    """Few parameters; the rest are grouped in a typed dataclass, or for numba in a named
+    tuple, never a bare one (see the next test). Keyword-only arguments (``make_loader``'s
+    options) do not count."""
     many = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -130,3 +132,86 @@ def test_no_function_takes_many_positional_parameters() -> None:
                 if n > 8:
                     many.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({n})")
     assert not many, many
+
+
+def _is_jitted(node: ast.FunctionDef) -> bool:
+    return any(
+        "jit" in ast.unparse(d) or "intrinsic" in ast.unparse(d) for d in node.decorator_list
+    )
+
+
+def _numba_callees(trees: dict[Path, ast.Module]) -> set[str]:
+    """Names that reach numba: jitted functions (``njit``, ``intrinsic``), the factories
+    that build them (``make_blend8``), what is assigned from either (``blend8 = pick(...)``)
+    and the named tuples of ``kernels/``, which carry values into kernels."""
+    nodes = [(path, node) for path, tree in trees.items() for node in ast.walk(tree)]
+    callees = {n.name for _, n in nodes if isinstance(n, ast.FunctionDef) and _is_jitted(n)}
+    callees |= {
+        n.name
+        for path, n in nodes
+        if path.parent.name == "kernels"
+        and isinstance(n, ast.ClassDef)
+        and any(ast.unparse(b) == "NamedTuple" for b in n.bases)
+    }
+    callees |= {
+        n.name
+        for _, n in nodes
+        if isinstance(n, ast.FunctionDef)
+        and not _is_jitted(n)
+        and any(isinstance(m, ast.FunctionDef) and _is_jitted(m) for m in ast.walk(n))
+    }
+    for tree in trees.values():
+        for node in tree.body:
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            if {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)} & callees:
+                callees.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return callees
+
+
+def _bare_tuple_calls(scope: ast.AST, callees: set[str]) -> list[ast.Call]:
+    """Calls in ``scope`` of ``callees`` (or of a local bound to one, ``kernel = a if c
+    else b``) with an argument that is a tuple written there or a local bound to one."""
+    tuples, aliases = set(), set()
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            value, target = node.value, node.targets[0].id
+            if isinstance(value, ast.Tuple):
+                tuples.add(target)
+            options = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+            if any(isinstance(v, ast.Name) and v.id in callees for v in options):
+                aliases.add(target)
+    return [
+        node
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in callees | aliases
+        and any(
+            isinstance(arg, ast.Tuple) or (isinstance(arg, ast.Name) and arg.id in tuples)
+            for arg in [*node.args, *(k.value for k in node.keywords)]
+        )
+    ]
+
+
+def test_kernels_take_named_tuples_not_bare_ones() -> None:
+    """Arguments grouped for numba are named tuples, unpacked by name (``rows.start``), not
+    bare tuples read by position (``rows[0]``): no call into a kernel passes a tuple
+    written at the call (``(ya, yb)``, or a local bound to one), and no named tuple of
+    ``kernels/`` declares a field as a bare ``tuple``."""
+    trees = {path: ast.parse(path.read_text()) for path in PACKAGE.rglob("*.py")}
+    callees = _numba_callees(trees)
+    assert callees >= {"decode_pairs", "blend8", "move_plane", "FieldPair"}, sorted(callees)
+    bare = set()
+    for path, tree in trees.items():
+        scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))]
+        for call in (c for scope in scopes for c in _bare_tuple_calls(scope, callees)):
+            bare.add(f"{path.relative_to(PACKAGE)}:{call.lineno} {ast.unparse(call)[:80]}")
+        if path.parent.name != "kernels":
+            continue
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            fields = [f for f in cls.body if isinstance(f, ast.AnnAssign) and cls.name in callees]
+            for field in fields:
+                if ast.unparse(field.annotation).startswith("tuple"):
+                    bare.add(f"{path.relative_to(PACKAGE)}:{field.lineno} {cls.name} field")
+    assert not bare, sorted(bare)

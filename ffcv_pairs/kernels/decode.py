@@ -10,7 +10,7 @@ which numba cannot type).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba as nb
 import numpy as np
@@ -19,7 +19,7 @@ from .bytemoves import copy_bytes
 from .geometry import geometry_params
 from .planes import PlaneMove, move_plane
 
-__all__ = ["BatchRefs", "StoredImage", "decode_pairs", "decode_pairs_serial"]
+__all__ = ["BatchRefs", "FieldPair", "StoredImage", "decode_pairs", "decode_pairs_serial"]
 
 
 class BatchRefs(NamedTuple):
@@ -30,6 +30,14 @@ class BatchRefs(NamedTuple):
     rows: np.ndarray
     ptr_a: np.ndarray
     ptr_b: np.ndarray
+
+
+class FieldPair(NamedTuple):
+    """One value for A and one for B, of one type, so that ``pair[t]`` takes the field
+    number ``t`` (0: A, 1: B) at run time."""
+
+    a: Any
+    b: Any
 
 
 class StoredImage(NamedTuple):
@@ -44,7 +52,8 @@ class StoredImage(NamedTuple):
 
 @nb.njit(cache=True, nogil=True)
 def _decode_sample(i, batch, mm, outs, stored, fills, geo, clock):  # pragma: no cover - JIT
-    """Sample ``i`` of a batch: see :func:`decode_pairs`."""
+    """Sample ``i`` of a batch: see :func:`decode_pairs` (``outs`` and ``stored``: each a
+    :class:`FieldPair`)."""
     starts = (batch.ptr_a[batch.rows[i]], batch.ptr_b[batch.rows[i]])
     if geo.identity:
         for t in range(2):
@@ -52,7 +61,7 @@ def _decode_sample(i, batch, mm, outs, stored, fills, geo, clock):  # pragma: no
             n = p.planes * p.height * p.width * p.pixel_bytes
             copy_bytes(outs[t][i].reshape(-1), 0, mm, starts[t], n)
         return
-    place = geometry_params(geo, clock, batch.ids[i], 0, stored[0].height, stored[0].width)
+    place = geometry_params(geo, clock, batch.ids[i], 0, stored.a.height, stored.a.width)
     for t in range(2):
         p, out = stored[t], outs[t]
         if t == 1 and not geo.paired:
@@ -79,23 +88,25 @@ def decode_pairs(batch, mm, outs, stored_a, stored_b, fills, geo, clock):  # pra
     Args:
         batch: :class:`BatchRefs`.
         mm: The file's bytes (the mapping, or the process cache's slots).
-        outs: ``(out_a, out_b)`` byte arrays ``(batch, planes, out_h, out_w * pixel_bytes)``.
+        outs: :class:`FieldPair` of byte arrays ``(batch, planes, out_h, out_w * pixel_bytes)``.
         stored_a, stored_b: :class:`StoredImage` of A and of B.
         fills: uint8 ``(2, bytes)``: one pixel of constant padding for A and for B.
         geo: :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`.
         clock: ``[seed, epoch]``, read by reference (a new epoch needs no recompiling).
     """
     # numba's parallel loop takes arrays and named tuples that are arguments, but not
-    # tuples of arrays, nor named tuples unpacked from a tuple: unpack outside the loop.
-    ids, rows, ptr_a, ptr_b = batch
-    out_a, out_b = outs
+    # tuples of arrays, nor named tuples unpacked from a tuple: unpack outside the loop
+    # (and take A's and B's StoredImage as two arguments), regroup inside it.
+    ids, rows, ptr_a, ptr_b = batch.ids, batch.rows, batch.ptr_a, batch.ptr_b
+    out_a, out_b = outs.a, outs.b
     for i in nb.prange(len(ids)):
         batch_i = BatchRefs(ids, rows, ptr_a, ptr_b)
-        _decode_sample(i, batch_i, mm, (out_a, out_b), (stored_a, stored_b), fills, geo, clock)
+        outs_i, stored = FieldPair(out_a, out_b), FieldPair(stored_a, stored_b)
+        _decode_sample(i, batch_i, mm, outs_i, stored, fills, geo, clock)
 
 
 @nb.njit(cache=True, nogil=True)
 def decode_pairs_serial(batch, mm, outs, stored_a, stored_b, fills, geo, clock):  # pragma: no cover
     """:func:`decode_pairs` on one thread: no parallel runtime (about 45 MB a process)."""
     for i in range(len(batch.ids)):
-        _decode_sample(i, batch, mm, outs, (stored_a, stored_b), fills, geo, clock)
+        _decode_sample(i, batch, mm, outs, FieldPair(stored_a, stored_b), fills, geo, clock)

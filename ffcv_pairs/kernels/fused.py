@@ -20,13 +20,20 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .decode import BatchRefs
-from .geometry import geometry_params
-from .photometric import ChannelPlanes, PixelDraw, draw_pixels, image_mean, stored_mean
-from .pixels import OUT_UINT8, OutputSpec, new_pixel_work
+from .decode import BatchRefs, FieldPair
+from .geometry import GeometryConfig, geometry_params
+from .photometric import (
+    ChannelPlanes,
+    PhotometricConfig,
+    PixelDraw,
+    draw_pixels,
+    image_mean,
+    stored_mean,
+)
+from .pixels import OUT_UINT8, OutputSpec, PixelWork, new_pixel_work
 from .pixels import finish_image as finish
 from .planes import PlaneMove, move_plane
-from .resize import ResizeShape, new_work, resize_sample
+from .resize import ResizeShape, ResizeWork, new_work, resize_sample
 
 __all__ = ["FusedOps", "fused_pairs", "fused_pairs_serial"]
 
@@ -58,19 +65,19 @@ class FusedOps(NamedTuple):
 class _Job(NamedTuple):
     """One batch: the arguments of :func:`fused_pairs`, regrouped inside its parallel loop."""
 
-    batch: tuple
+    batch: BatchRefs
     mm: np.ndarray
-    outs: tuple
-    stored: tuple
-    geo: tuple
-    photo: tuple
+    outs: FieldPair  # of the output arrays
+    stored: FieldPair  # of StoredImage
+    geo: GeometryConfig
+    photo: PhotometricConfig
     ops: FusedOps
 
 
 class _FieldWork(NamedTuple):
     stage: np.ndarray
-    resize: tuple
-    pixels: tuple
+    resize: ResizeWork
+    pixels: PixelWork
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -113,7 +120,7 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
     """Sample ``i`` of the batch: both fields, see :func:`fused_pairs`."""
     batch, geo, ops, clock = job.batch, job.geo, job.ops, job.ops.clock
     sid, row = batch.ids[i], batch.rows[i]
-    place = geometry_params(geo, clock, sid, 0, job.stored[0].height, job.stored[0].width)
+    place = geometry_params(geo, clock, sid, 0, job.stored.a.height, job.stored.a.width)
     for t in range(2):
         image, work, out = job.stored[t], works[t], job.outs[t][i]
         start = batch.ptr_a[row] if t == 0 else batch.ptr_b[row]
@@ -142,7 +149,7 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
 @nb.njit(cache=True, nogil=True)
 def _fused_range(lo, hi, job):  # pragma: no cover - JIT
     """Samples ``[lo, hi)``, with this thread's scratch."""
-    works = (_field_work(job.stored[0], job.geo), _field_work(job.stored[1], job.geo))
+    works = FieldPair(_field_work(job.stored.a, job.geo), _field_work(job.stored.b, job.geo))
     for i in range(lo, hi):
         _fused_sample(i, job, works)
 
@@ -154,8 +161,9 @@ def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma
     Args:
         batch: :class:`~ffcv_pairs.kernels.decode.BatchRefs`.
         mm: The file's bytes (the mapping, or the process cache's slots).
-        outs: ``(out_a, out_b)``, ``(batch, output elements)`` in the output's dtype (uint8,
-            float32, or uint16 holding float16/bfloat16 bits).
+        outs: :class:`~ffcv_pairs.kernels.decode.FieldPair` of ``(batch, output elements)``
+            arrays in the output's dtype (uint8, float32, or uint16 holding float16/bfloat16
+            bits).
         stored_a, stored_b: :class:`~ffcv_pairs.kernels.decode.StoredImage` of the stored uint8
             images (``pixel_bytes``: channels per pixel).
         geo: :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`, ``out_h``/``out_w`` the
@@ -165,8 +173,8 @@ def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma
     """
     # numba's parallel loop takes arrays and flat named tuples that are arguments, but
     # not tuples of arrays nor nested named tuples: unpack here, regroup inside the loop.
-    ids, rows, ptr_a, ptr_b = batch
-    out_a, out_b = outs
+    ids, rows, ptr_a, ptr_b = batch.ids, batch.rows, batch.ptr_a, batch.ptr_b
+    out_a, out_b = outs.a, outs.b
     photometric, kind, norm, table, fills, clock, stats, stats_use, threads = ops
     n = len(ids)
     chunks = max(1, min(n, 4 * threads))
@@ -174,8 +182,8 @@ def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma
         job = _Job(
             BatchRefs(ids, rows, ptr_a, ptr_b),
             mm,
-            (out_a, out_b),
-            (stored_a, stored_b),
+            FieldPair(out_a, out_b),
+            FieldPair(stored_a, stored_b),
             geo,
             photo,
             FusedOps(photometric, kind, norm, table, fills, clock, stats, stats_use, threads),
@@ -186,5 +194,5 @@ def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma
 @nb.njit(cache=True, nogil=True)
 def fused_pairs_serial(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma: no cover
     """:func:`fused_pairs` on one thread (no parallel runtime)."""
-    job = _Job(batch, mm, outs, (stored_a, stored_b), geo, photo, ops)
+    job = _Job(batch, mm, outs, FieldPair(stored_a, stored_b), geo, photo, ops)
     _fused_range(0, len(batch.ids), job)

@@ -74,6 +74,15 @@ class ChannelPlanes(NamedTuple):
     plane_size: int
 
 
+class ChannelSums(NamedTuple):
+    """Integer sums of a uint8 image per channel (3 channels), or its total in ``s0``
+    (any other count), as the stats record's ``s0..s2``."""
+
+    s0: int
+    s1: int
+    s2: int
+
+
 class PixelDraw(NamedTuple):
     """One image's photometric draw: factors, and the key of its noise stream."""
 
@@ -157,20 +166,22 @@ def image_mean(x, chans, bright, integer):  # pragma: no cover - JIT
         l0, h0 = _channel_sums(x, chans, 0, t)
         l1, h1 = _channel_sums(x, chans, 1, t)
         l2, h2 = _channel_sums(x, chans, 2, t)
-        return _clamped_mean((l0, l1, l2), (h0, h1, h2), chans, bright)
+        return _clamped_mean(ChannelSums(l0, l1, l2), ChannelSums(h0, h1, h2), chans, bright)
     lows, highs = np.int64(0), np.int64(0)
     for k in range(channels):
         low, high = _channel_sums(x, chans, k, t)
         lows, highs = lows + low, highs + high
     none = np.int64(0)
-    return _clamped_mean((lows, none, none), (highs, none, none), chans, bright)
+    return _clamped_mean(
+        ChannelSums(lows, none, none), ChannelSums(highs, none, none), chans, bright
+    )
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _clamped_mean(lows, highs, chans, bright):  # pragma: no cover - JIT
-    """The contrast mean of a uint8 image from its integer sums: per channel (3 channels:
-    luma weights) or in the first entry (any other count), ``lows`` the sum of the values
-    below the clamp and ``highs`` the count at or above it (each becomes 255)."""
+    """The contrast mean of a uint8 image from its integer sums (:class:`ChannelSums`,
+    3 channels: luma weights), ``lows`` the sum of the values below the clamp and
+    ``highs`` the count at or above it (each becomes 255)."""
     channels = chans.planes * chans.pixel
     pixels = chans.planes * chans.plane_size // channels
     if channels == 3:
@@ -178,7 +189,7 @@ def _clamped_mean(lows, highs, chans, bright):  # pragma: no cover - JIT
         for k in range(3):
             total += LUMA[k] * (bright * lows[k] + 255.0 * highs[k])
         return total / pixels
-    return (bright * lows[0] + 255.0 * highs[0]) / (pixels * channels)
+    return (bright * lows.s0 + 255.0 * highs.s0) / (pixels * channels)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -189,11 +200,11 @@ def stored_mean(rec, chans, bright):  # pragma: no cover - JIT
     (the sums then do not give the mean)."""
     if np.int64(rec[0]) >= _threshold(bright):
         return -1.0
-    sums = (np.int64(rec[1]), np.int64(rec[2]), np.int64(rec[3]))
+    sums = ChannelSums(np.int64(rec[1]), np.int64(rec[2]), np.int64(rec[3]))
     none = np.int64(0)
     if chans.planes * chans.pixel != 3:  # the total sits in s0 (s1 = s2 = 0)
-        sums = (sums[0] + sums[1] + sums[2], none, none)
-    return _clamped_mean(sums, (none, none, none), chans, bright)
+        sums = ChannelSums(sums.s0 + sums.s1 + sums.s2, none, none)
+    return _clamped_mean(sums, ChannelSums(none, none, none), chans, bright)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

@@ -15,7 +15,7 @@ import numpy as np
 from .bytemoves import GAP, copy_bytes, fill_bytes, fill_gap, reverse_bytes
 from .geometry import PAD_CONSTANT, border, inverse
 
-__all__ = ["PlaneMove", "Run", "move_plane"]
+__all__ = ["PlaneMove", "RowRange", "Run", "move_plane"]
 
 
 class PlaneMove(NamedTuple):
@@ -40,6 +40,13 @@ class Run(NamedTuple):
     xb: int
     base: int
     step: int
+
+
+class RowRange(NamedTuple):
+    """Output rows ``[start, stop)``."""
+
+    start: int
+    stop: int
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -84,10 +91,10 @@ def _row_ends(src, s_row, dst, d_row, mv, run, fill):  # pragma: no cover - JIT
 def _shifted_plane(src, s0, dst, d0, mv, run, fill, rows):  # pragma: no cover - JIT
     """:func:`_constant_plane` for byte pixels, rows in order, output rows as long as the
     source rows and a gap of at most ``GAP`` bytes between the runs of two rows (a padded
-    crop of the image's width): the runs of all in-image rows (output rows ``rows`` =
-    ``(ya, yb)``) are one contiguous copy, then each gap (the end of a row and the start of
+    crop of the image's width): the runs of all in-image rows (the :class:`RowRange`
+    ``rows``) are one contiguous copy, then each gap (the end of a row and the start of
     the next) gets the fill."""
-    (ya, yb), ow, stride = rows, mv.ow, mv.ow
+    ya, yb, ow, stride = rows.start, rows.stop, mv.ow, mv.ow
     first, n = d0 + ya * stride + run.xa, run.xb - run.xa
     fill_bytes(dst, d0, fill[0], ya * stride)
     fill_bytes(dst, d0 + yb * stride, fill[0], (mv.oh - yb) * stride)
@@ -115,7 +122,7 @@ def _constant_plane(src, s0, dst, d0, mv, run, fill):  # pragma: no cover - JIT
         ya, yb = max(0, -run.y0), min(oh, mv.height - run.y0)
     shifted = pixel == 1 and run.step > 0 and not run.flip_rows and ow == mv.width
     if shifted and ya < yb and run.xa < run.xb and ow - run.xb + run.xa <= GAP and ow >= GAP:
-        _shifted_plane(src, s0, dst, d0, mv, run, fill, (ya, yb))
+        _shifted_plane(src, s0, dst, d0, mv, run, fill, RowRange(ya, yb))
         return
     if ya > 0 or yb < oh or run.xa > 0 or run.xb < ow:
         if pixel == 1:

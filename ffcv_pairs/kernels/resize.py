@@ -41,7 +41,17 @@ from .bytemoves import prefetch
 from .geometry import Placement, geometry_params
 from .lanes import LANES, MAX_SPAN, blend8, rows8, store8
 
-__all__ = ["AHEAD", "ResizeShape", "ResizeWork", "new_work", "resize_sample", "resized_crop"]
+__all__ = [
+    "AHEAD",
+    "ResizeShape",
+    "ResizeWork",
+    "Span",
+    "Tap",
+    "ThreePlanes",
+    "new_work",
+    "resize_sample",
+    "resized_crop",
+]
 
 AHEAD = 3  # per output row, source rows AHEAD and AHEAD + 1 on are prefetched
 
@@ -57,6 +67,29 @@ class ResizeShape(NamedTuple):
     oh: int
     ow: int
     rounding: bool
+
+
+class Tap(NamedTuple):
+    """Where an output position reads: source index ``first`` and ``first + 1``, the
+    second with weight ``weight``."""
+
+    first: int
+    weight: float
+
+
+class Span(NamedTuple):
+    """Elements ``[start, start + length)`` of each source row."""
+
+    start: int
+    length: int
+
+
+class ThreePlanes(NamedTuple):
+    """Plane indices blended together (a last plane or two repeated)."""
+
+    k0: int
+    k1: int
+    k2: int
 
 
 class ResizeWork(NamedTuple):
@@ -88,11 +121,11 @@ def new_work(rs, like):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _tap(r, start, length, out_len, limit):  # pragma: no cover - JIT
-    """Source index of the first tap, and the second tap's weight, of output position ``r``."""
+    """The :class:`Tap` of output position ``r``."""
     f = start + (r + 0.5) * length / out_len - 0.5
     f = min(max(f, 0.0), limit - 1.0)
     i0 = np.int64(math.floor(f))
-    return i0, np.float32(f - i0)
+    return Tap(i0, np.float32(f - i0))
 
 
 @nb.njit(cache=True, nogil=True)
@@ -100,8 +133,8 @@ def _column_taps(rs, x0, rw, flip, work):  # pragma: no cover - JIT
     """Fill ``work.xi``/``work.xw``; returns the source columns ``[lo, hi)`` the taps read."""
     ow = rs.ow
     for x in range(ow):
-        i0, w = _tap(ow - 1 - x if flip else x, x0, rw, ow, rs.width)
-        work.xi[x], work.xw[x] = i0, w
+        tap = _tap(ow - 1 - x if flip else x, x0, rw, ow, rs.width)
+        work.xi[x], work.xw[x] = tap.first, tap.weight
     lo = min(work.xi[0], work.xi[ow - 1])
     hi = min(max(work.xi[0], work.xi[ow - 1]) + 2, rs.width)
     for x in range(ow):
@@ -133,9 +166,10 @@ def _windows(work):  # pragma: no cover - JIT
 @nb.njit(cache=True, nogil=True, inline="always")
 def _prefetch_rows(src, s0, rs, cols, first, last):  # pragma: no cover - JIT
     """:func:`~ffcv_pairs.kernels.bytemoves.prefetch` every cache line of source rows
-    ``first..last`` (inclusive, clipped to the image) of every plane over ``cols``."""
+    ``first..last`` (inclusive, clipped to the image) of every plane over the :class:`Span`
+    ``cols``."""
     row_len, plane_len = rs.width * rs.pixel, rs.height * rs.width * rs.pixel
-    lo, n = cols
+    lo, n = cols.start, cols.length
     for r in range(max(first, 0), min(last, rs.height - 1) + 1):
         for k in range(rs.planes):
             i = s0 + k * plane_len + r * row_len + lo
@@ -145,15 +179,16 @@ def _prefetch_rows(src, s0, rs, cols, first, last):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _vertical(src, s0, rs, cols, fy, rows):  # pragma: no cover - JIT
-    """Blend source rows ``fy[0]`` and ``fy[0] + 1`` (weight ``fy[1]``) of every plane over the
-    element range ``cols = (lo, n)`` into ``rows`` (float32, one row per plane); the last
-    pixel is repeated once. :data:`LANES` values per :func:`~ffcv_pairs.kernels.lanes.rows8`,
-    the last step overlapping the one before; a row shorter than that, one by one."""
-    a, wy = fy
+    """Blend source rows ``fy.first`` and ``fy.first + 1`` (weight ``fy.weight``, a
+    :class:`Tap`) of every plane over the :class:`Span` ``cols`` into ``rows`` (float32,
+    one row per plane); the last pixel is repeated once. :data:`LANES` values per
+    :func:`~ffcv_pairs.kernels.lanes.rows8`, the last step overlapping the one before; a
+    row shorter than that, one by one."""
+    a, wy = fy.first, fy.weight
     b = min(a + 1, rs.height - 1)
     half = np.float32(0.5) if rs.rounding else np.float32(0.0)
     row_len, plane_len = rs.width * rs.pixel, rs.height * rs.width * rs.pixel
-    lo, n = cols
+    lo, n = cols.start, cols.length
     p, stride = rs.pixel, rows.shape[1]
     for k in range(rs.planes):
         i0 = s0 + k * plane_len + lo + a * row_len
@@ -173,7 +208,7 @@ def _vertical(src, s0, rs, cols, fy, rows):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _planes_row(work, ks, ow):  # pragma: no cover - JIT
-    """One output row of the planes ``ks`` (a tuple of plane indices), ``work.rows`` ->
+    """One output row of the planes ``ks`` (:class:`ThreePlanes`), ``work.rows`` ->
     ``work.line``: :data:`LANES` outputs per :func:`~ffcv_pairs.kernels.lanes.blend8`
     where the taps fit, tap by tap (unsigned indices: no checks) elsewhere and for the last
     ``ow % LANES``."""
@@ -204,7 +239,8 @@ def _horizontal(rs, dst, d_row, plane_out, work):  # pragma: no cover - JIT
     k = 0
     if p == 1:
         while k < rs.planes:  # a last plane or two is blended again: one tuple type to compile
-            _planes_row(work, (k, min(k + 1, rs.planes - 1), min(k + 2, rs.planes - 1)), ow)
+            ks = ThreePlanes(k, min(k + 1, rs.planes - 1), min(k + 2, rs.planes - 1))
+            _planes_row(work, ks, ow)
             k += 3
     while k < rs.planes:
         for x in range(ow):
@@ -243,12 +279,12 @@ def _quarter_turn(rs, src, dst, d0, rot):  # pragma: no cover - JIT
 def _resample(src, s0, dst, d0, rs, place, work):  # pragma: no cover - JIT
     """The region of ``place``, flipped by its flags (no quarter turn), into ``dst[d0:]``."""
     lo, hi = _column_taps(rs, place.x0, place.rw, place.hflip > 0, work)
-    cols = (lo * rs.pixel, (hi - lo) * rs.pixel)
+    cols = Span(lo * rs.pixel, (hi - lo) * rs.pixel)
     plane_out = rs.oh * rs.ow * rs.pixel
     step = -1 if place.vflip else 1  # the direction source rows are read in
     for y in range(rs.oh):
         fy = _tap(rs.oh - 1 - y if place.vflip else y, place.y0, place.rh, rs.oh, rs.height)
-        a = fy[0] + (step < 0)  # the first of the two rows in reading order
+        a = fy.first + (step < 0)  # the first of the two rows in reading order
         near, far = a + step * (0 if y == 0 else AHEAD), a + step * (AHEAD + 1)
         _prefetch_rows(src, s0, rs, cols, min(near, far), max(near, far))
         _vertical(src, s0, rs, cols, fy, work.rows)

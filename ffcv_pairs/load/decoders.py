@@ -29,7 +29,13 @@ from ffcv.pipeline.state import State
 from ..augment.config import ImageAxes, PairAugment
 from ..augment.placement import OpPlacement
 from ..format.schema import ArraySpec, PairSchema
-from ..kernels.decode import BatchRefs, StoredImage, decode_pairs, decode_pairs_serial
+from ..kernels.decode import (
+    BatchRefs,
+    FieldPair,
+    StoredImage,
+    decode_pairs,
+    decode_pairs_serial,
+)
 from ..kernels.fused import fused_pairs, fused_pairs_serial
 from ..kernels.geometry import GeometryConfig
 from .fusing import fused_config, output_array
@@ -133,7 +139,7 @@ class PairDecoder(Operation):
             # numba's thread count is per thread: this epoch thread's, set from its
             # loader's num_threads (upstream's Compiler.num_threads is process-wide).
             kernel = decode_pairs if nb.get_num_threads() > 1 else decode_pairs_serial
-            outs = (
+            outs = FieldPair(
                 planes_view(out_a, fa.out_planes, fa.out_height),
                 planes_view(out_b, fb.out_planes, fb.out_height),
             )
@@ -149,7 +155,7 @@ class PairDecoder(Operation):
         def decode(indices, destination, metadata, storage_state):
             out_a, out_b = destination
             mm, batch = _batch_refs(indices, metadata, ptr_b, storage_state, shift)
-            outs = (output_array(out_a), output_array(out_b))
+            outs = FieldPair(output_array(out_a), output_array(out_b))
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
             kernel = fused_pairs if threads > 1 else fused_pairs_serial

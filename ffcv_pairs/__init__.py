@@ -3,14 +3,17 @@
 Write ``(A, B, label)`` pairs into one FFCV ``.beton`` with :func:`write_pairs`,
 then stream it with :func:`make_loader`.
 
-The package is laid out along the data path, and imports point one way::
+The package is laid out along the data path, and imports point one way: a folder
+imports only those above it (``write`` and ``augment`` do not import each other)::
 
-    format/   the file: schema, page layout, reader, checksum sidecar, integrity
-    write/    sources (.pt files, arrays), the writer, comparison with sources
-    kernels/  numba kernels: hashing, byte moves, geometry, decode, photometric
-    augment/  PairAugment and its FFCV ops
-    load/     page index, order, memory managers, decoders, epoch thread, loader
+    format/     the file: schema, page layout, reader, checksum sidecar, integrity
+    kernels/    numba kernels: hashing, byte moves, geometry, decode, photometric
+    write/      sources (.pt files, arrays; source_kinds), the writer (plan, tasks,
+                shuffle), comparison with sources
+    augment/    PairAugment, its image axes, op placement and FFCV ops
+    load/       page index, order, memory managers, decoders, epoch thread, loader
     lightning/  PairDataModule, the example model, LoaderMonitor
+    cli, train, demo, inspection: the faces on top
 
 Public names are imported on first use, so writing never imports the loader
 and loading never imports Lightning.

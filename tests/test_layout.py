@@ -5,6 +5,7 @@ configuration classes, and arguments grouped for kernels in named tuples, not ba
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,13 @@ def test_imports_point_one_way() -> None:
             if other != folder and other not in ALLOWED[folder]:
                 bad.append(f"{name} imports {target}")
     assert not bad, "\n".join(bad)
+
+
+def test_package_docstring_lists_the_folders_in_import_order() -> None:
+    listed = re.findall(r"^    (\w+)/", ffcv_pairs.__doc__ or "", re.MULTILINE)
+    assert sorted(listed) == sorted(ALLOWED), listed
+    for i, folder in enumerate(listed):
+        assert ALLOWED[folder] <= set(listed[:i]), f"{folder}/ is listed before what it imports"
 
 
 def test_no_import_cycles() -> None:

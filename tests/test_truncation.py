@@ -108,8 +108,8 @@ def total(a):
         s += a[i]
     return s
 
-if where == "main":
-    print(int(mapping[500_000]))
+if where in ("main", "elsewhere"):  # one faulting thread: faulthandler restores SIG_DFL on
+    print(int(mapping[500_000]))   # entry, so a second thread's fault would cut its output short
 elif where == "thread":
     t = threading.Thread(target=lambda: print(int(mapping[-1])))
     t.start()

@@ -36,10 +36,10 @@ print(json.dumps({"flips": flips, "hits": sum(geometry_params.stats.cache_hits.v
 """
 
 
-def _probe(root: Path) -> dict:
+def _probe(root: Path, probe: str = PROBE) -> dict:
     env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_CACHE_DIR": ""}
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=root, env=env, capture_output=True, text=True
+        [sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -58,6 +58,22 @@ def test_a_change_in_another_kernel_file_recompiles_its_callers(tmp_path: Path) 
     changed = _probe(tmp_path)
     assert changed["hits"] == 0, "a stale kernel was loaded from the cache"
     assert changed["flips"] != first["flips"]
+
+
+def test_a_renamed_signature_type_recompiles_instead_of_failing(tmp_path: Path) -> None:
+    """numba pickles a kernel's argument types into its cache index; once a named tuple is
+    renamed (or an older install's cache sits under a newer one), reading that index raised
+    "Can't get attribute 'GeometryConfig'" at the first call."""
+    copy = _copy_kernels(tmp_path)
+    first = _probe(tmp_path)
+    geometry = copy / "kernels" / "geometry.py"
+    for path in copy.rglob("*.py"):
+        text = path.read_text()
+        if "GeometryConfig" in text:
+            path.write_text(text.replace("GeometryConfig", "GeometryKnobs"))
+    assert "GeometryKnobs" in geometry.read_text()
+    renamed = _probe(tmp_path, PROBE.replace("GeometryConfig", "GeometryKnobs"))
+    assert renamed["hits"] == 0 and renamed["flips"] == first["flips"], (first, renamed)
 
 
 def test_the_digest_covers_every_kernel_source(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import pickle
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -90,7 +92,8 @@ def _with_kernel_stamp(base: Any) -> type:
 # pyproject.toml stop at these): ``CacheImpl._locator_classes`` (private: the list numba
 # walks to find a function's cache locator, first match wins), the three locator classes
 # (public from 0.62, ``_``-prefixed before) and their methods ``from_function``,
-# ``get_source_stamp`` and ``get_disambiguator``. If a numba release renames the list or a
+# ``get_source_stamp`` and ``get_disambiguator``, and ``IndexDataCacheFile._load_index`` (below).
+# If a numba release renames the list or a
 # class, this import fails loudly. If it stops reading the list (or the user sets
 # NUMBA_CACHE_LOCATOR_CLASSES, which replaces it), or calls the methods differently, it fails
 # silently: kernels load stale after an edit of another kernel file, or compiled for the
@@ -109,3 +112,26 @@ if _REPLACED := getattr(config, "CACHE_LOCATOR_CLASSES", None):
         "FFCV_PAIRS_PLAIN_KERNELS setting. Unset it to key the kernels as ffcv_pairs needs.",
         stacklevel=2,
     )
+
+
+# An index file of ours whose pickle names a class that is gone (a named tuple of a kernel's
+# signature renamed, or an older install's cache under a newer one) makes numba's
+# ``IndexDataCacheFile._load_index`` raise "Can't get attribute ..." at the kernel's first call,
+# before it compares stamps. Such an index is stale by definition: read it as empty, so the
+# kernel compiles again and numba overwrites the files. Other packages' indexes (names without
+# our kind suffix) raise as before.
+_OUR_INDEX = re.compile(r"-(intrinsic|plain)\.py\d+[a-z]*\.nbi$")
+_numba_load_index = caching.IndexDataCacheFile._load_index
+
+
+def _load_index_or_empty(self: Any) -> Any:
+    try:
+        return _numba_load_index(self)
+    except (AttributeError, ImportError, pickle.UnpicklingError, EOFError, TypeError):
+        if not _OUR_INDEX.search(self._index_name):
+            raise
+        return {}
+
+
+if getattr(caching.IndexDataCacheFile._load_index, "__name__", "") != "_load_index_or_empty":
+    caching.IndexDataCacheFile._load_index = _load_index_or_empty  # type: ignore[method-assign]

@@ -366,7 +366,8 @@ def test_float_values_outside_the_range_are_refused(tmp_path: Path) -> None:
     path = _file(tmp_path, a, b, labels)
     with pytest.raises(
         LoaderError,
-        match=r"augment value_range=\(0, 1\): sample \d+ of [AB] has \d+ values outside it \(from -\d",
+        match=r"augment value_range=\(0, 1\): sample \d+ of [AB] has \d+ values outside it "
+        r"\(from -\d",
     ):
         _batches(path, PairAugment(brightness=0.2))
     wide = PairAugment(brightness=0.2, value_range=(-100.0, 100.0))

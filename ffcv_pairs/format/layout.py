@@ -48,15 +48,28 @@ _UNITS = {
 
 
 def parse_size(text: str | int) -> int:
-    """``"8MiB"`` -> 8388608; plain integers pass through."""
+    """``"8MiB"`` -> 8388608; plain integers pass through.
+
+    Raises:
+        ValueError: ``text`` is not a number with an optional unit, not a whole number of
+            bytes (``"8.5"``), or 2**63 bytes or more; the message quotes it.
+    """
     if isinstance(text, int):
         return text
     s = text.strip().lower()
     num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = s[len(num) :]
-    if not num or unit not in _UNITS:
-        raise ValueError(f"cannot parse size {text!r}; use bytes or a suffix like 8MiB")
-    return int(float(num) * _UNITS[unit])
+    try:
+        if unit not in _UNITS:
+            raise ValueError
+        size = float(num) * _UNITS[unit]
+    except ValueError:
+        raise ValueError(f"cannot parse size {text!r}; use bytes or a suffix like 8MiB") from None
+    if not size < 2**63:
+        raise ValueError(f"size {text!r} is too large")
+    if not size.is_integer():
+        raise ValueError(f"size {text!r} is not a whole number of bytes")
+    return int(size)
 
 
 def field_descriptors(fields: dict[str, Field]) -> np.ndarray:

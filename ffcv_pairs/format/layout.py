@@ -59,12 +59,13 @@ def parse_size(text: str | int) -> int:
     s = text.strip().lower()
     num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = s[len(num) :]
+    unparsable = ValueError(f"cannot parse size {text!r}; use bytes or a suffix like 8MiB")
+    if unit not in _UNITS:
+        raise unparsable
     try:
-        if unit not in _UNITS:
-            raise ValueError
         size = float(num) * _UNITS[unit]
     except ValueError:
-        raise ValueError(f"cannot parse size {text!r}; use bytes or a suffix like 8MiB") from None
+        raise unparsable from None
     if not size < 2**63:
         raise ValueError(f"size {text!r} is too large")
     if not size.is_integer():

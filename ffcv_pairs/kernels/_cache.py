@@ -93,11 +93,11 @@ def _with_kernel_stamp(base: Any) -> type:
 # walks to find a function's cache locator, first match wins), the three locator classes
 # (public from 0.62, ``_``-prefixed before) and their methods ``from_function``,
 # ``get_source_stamp`` and ``get_disambiguator``, and ``IndexDataCacheFile._load_index`` (below).
-# If a numba release renames the list or a
-# class, this import fails loudly. If it stops reading the list (or the user sets
-# NUMBA_CACHE_LOCATOR_CLASSES, which replaces it), or calls the methods differently, it fails
-# silently: kernels load stale after an edit of another kernel file, or compiled for the
-# other FFCV_PAIRS_PLAIN_KERNELS setting. tests/test_kernel_cache.py catches both.
+# If a numba release renames the list or a class, this import fails loudly. If it stops
+# reading the list (or the user sets NUMBA_CACHE_LOCATOR_CLASSES, which replaces it), or calls
+# the methods differently, it fails silently: kernels load stale after an edit of another
+# kernel file, or compiled for the other FFCV_PAIRS_PLAIN_KERNELS setting.
+# tests/test_kernel_cache.py catches both.
 _LOCATORS = [
     _with_kernel_stamp(_numba(name))
     for name in ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")
@@ -119,8 +119,8 @@ if _REPLACED := getattr(config, "CACHE_LOCATOR_CLASSES", None):
 # ``IndexDataCacheFile._load_index`` raise "Can't get attribute ..." at the kernel's first call,
 # before it compares stamps. Such an index is stale by definition: read it as empty, so the
 # kernel compiles again and numba overwrites the files. Other packages' indexes (names without
-# our kind suffix) raise as before.
-_OUR_INDEX = re.compile(r"-(intrinsic|plain)\.py\d+[a-z]*\.nbi$")
+# the kind suffix that ``get_disambiguator`` adds) raise as before.
+_OUR_INDEX = re.compile(rf"-{VARIANT}\.py\d+[a-z]*\.nbi$")
 _numba_load_index = caching.IndexDataCacheFile._load_index
 
 

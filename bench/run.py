@@ -5,6 +5,7 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench                 # default run, about 16 minutes with the extras
     .venv/bin/python -m bench --quick         # about 3.5 minutes, small data
     .venv/bin/python bench/run.py --quick     # the same, as a script
+    .venv/bin/python -m bench --smoke         # every table at the smallest sizes (the test's)
     make bench / make bench-quick             # the same through make
 
     .venv/bin/python -m bench --setup-extras  # create the LitData / Streaming venvs
@@ -41,7 +42,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.core.settings import BenchConfig, default_config, quick_config
+from bench.core.settings import BenchConfig, default_config, quick_config, smoke_config
 from bench.tables.suite import TABLES, render_again, run_suite
 
 __all__ = ["main", "parse_args"]
@@ -71,7 +72,11 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small data, one round (about 3.5 min)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small data, one round (about 3.5 min)")
+    size.add_argument(
+        "--smoke", action="store_true", help="smallest sizes, about 1 min: figures mean nothing"
+    )
     p.add_argument("--out", type=Path, help="results folder (default bench/results)")
     p.add_argument("--work", type=Path, help="data folder (default bench/.work)")
     p.add_argument("--n", type=int, help="pairs in the main data set")
@@ -113,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _config(args: argparse.Namespace) -> BenchConfig:
-    cfg = quick_config() if args.quick else default_config()
+    cfg = smoke_config() if args.smoke else quick_config() if args.quick else default_config()
     changes: dict[str, Any] = {
         k: getattr(args, k)
         for k in ("out", "work", "n", "shape", "dtype", "rounds", "seed", "writer_sizes")

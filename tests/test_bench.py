@@ -1,4 +1,4 @@
-"""The benchmark: ``python -m bench --quick`` writes a complete report, the user-scale
+"""The benchmark: ``python -m bench --smoke`` writes a complete report, the user-scale
 harness reads the writer, and ``bench/`` keeps its rooms (no import circle, no basename
 twice, every module and path it names exists).
 
@@ -37,7 +37,7 @@ def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
     from bench.contest.contestants import CONTESTANTS
 
     out, work = tmp_path / "results", tmp_path / "work"
-    cmd = [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--work", str(work)]
+    cmd = [sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--work", str(work)]
     proc = subprocess.run(
         [*cmd, "--date", "smoke"], cwd=REPO, capture_output=True, text=True, timeout=900
     )

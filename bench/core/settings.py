@@ -1,4 +1,5 @@
-"""The benchmark's settings: one typed dataclass, two presets (``--quick`` and default)."""
+"""The benchmark's settings: one typed dataclass, three presets (default, ``--quick``,
+``--smoke``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["BENCH_DIR", "BenchConfig", "default_config", "quick_config"]
+__all__ = ["BENCH_DIR", "BenchConfig", "default_config", "quick_config", "smoke_config"]
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 
@@ -48,7 +49,7 @@ class BenchConfig:
         keep_data: Keep the generated data under the work dir afterwards.
         work: Where data is generated.
         out: Where results go.
-        label: ``quick`` or ``default``, written into the report.
+        label: ``default``, ``quick`` or ``smoke``, written into the report.
         augops_pairs: Pairs of the augmentation-ops table at 64x64 and at 224x224 (64
             batches an epoch at 224: with 16, every measured epoch also paid its boundary's
             pipeline drain and refill, which a training epoch of millions of samples does
@@ -129,4 +130,22 @@ def quick_config() -> BenchConfig:
         cold_gib=0.125,
         label="quick",
         augops_pairs=(1024, 128),
+    )
+
+
+def smoke_config() -> BenchConfig:
+    """Every row and table at the smallest sizes, about a minute on 2 cores: the test
+    suite's check that a report is whole. Its figures mean nothing (one start-up size,
+    two epochs, time boxes of a second, a 16 MiB cold file)."""
+    return quick_config().replace(
+        n=1024,
+        min_seconds=0.0,
+        time_box=1.0,
+        startup_sizes=(30_000,),
+        writer_sizes=(256, 512),
+        memory_seconds=1.0,
+        model_samples=50_000,
+        cold_gib=1 / 64,
+        label="smoke",
+        augops_pairs=(512, 128),
     )

@@ -25,9 +25,8 @@ $(STAMP): pyproject.toml
 	fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# torch first and pinned: a bare `torch` requirement pulls a multi-GB CUDA build.
-	@# --no-compile: no .pyc for the thousands of modules never imported (half the install's time).
-	$(PY) -m pip install -q --no-compile $(TORCH)
-	$(PY) -m pip install -q --no-compile -e '.[dev,demo,bench]'
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev,demo,bench]'
 	@touch $@
 
 lint: install
@@ -39,7 +38,8 @@ lint: install
 # busy (a subprocess, or the compiler). From a fresh clone on 2 cores the suite took 12.9-14 min
 # in one process, 9.7 min with two. Lint runs beside the tests (the suite leaves about a quarter
 # of the cores idle: tests waiting on subprocesses, the benchmark smoke test's time boxes); its
-# output follows theirs. tests/test_plain_pass.py runs the reference tests again with the
+# output follows theirs. The tests marked slow start first (tests/conftest.py).
+# tests/test_plain_pass.py runs the reference tests again with the
 # plain-numba twins of the LLVM intrinsics (FFCV_PAIRS_PLAIN_KERNELS=1), as one test of this run.
 test: install
 	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \

@@ -152,7 +152,10 @@ def small_reference_stats(small_reference_dir: Path) -> bytes:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``cuda`` need a CUDA GPU: skipped without one (``pytest -m cuda`` runs them)."""
+    """Tests marked ``slow`` run first (a minute or more each: started last, one of them
+    would keep the run going on one core while the other waits). Tests marked ``cuda``
+    need a CUDA GPU: skipped without one (``pytest -m cuda`` runs them)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
@@ -104,6 +105,7 @@ print(json.dumps({"plain": twins.PLAIN, "digests": digests(Path(sys.argv[2]))}))
 """
 
 
+@pytest.mark.slow
 def test_intrinsics_and_twins_give_the_same_bytes_end_to_end(tmp_path: Path) -> None:
     mine, theirs = tmp_path / "this", tmp_path / "other"
     mine.mkdir()

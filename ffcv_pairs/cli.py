@@ -110,6 +110,19 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
         help="store images as this dtype; refuses casts that change a value",
     )
     p.add_argument(
+        "--quantize",
+        choices=["uint8"],
+        default=None,
+        help="store float images of --range as uint8 (lossy: at most (HI-LO)/510 off; values "
+        "outside the range are refused); the loader hands back floats in the range",
+    )
+    p.add_argument(
+        "--range",
+        default=None,
+        metavar="LO,HI",
+        help="the floats' range, with --quantize (a negative LO: --range=-1,1)",
+    )
+    p.add_argument(
         "--shuffle",
         default=None,
         metavar="SEED",
@@ -133,6 +146,8 @@ _WRITE_KEYS = (
     "limit",
     "page_size",
     "store_dtype",
+    "quantize",
+    "range",
     "shuffle",
 )
 
@@ -176,12 +191,26 @@ def _write_option(key: str, name: str, value: Any) -> Any:
         "limit": lambda n, v: optional(integer)(n, v, 1),
         "page_size": arguments.check_page_size,
         "store_dtype": arguments.check_store_dtype,
+        "quantize": lambda n, v: optional(one_of)(n, v, ("uint8",)),
+        "range": _value_range,
         "shuffle": arguments.check_shuffle_seed,
     }
     try:
         return checks[key](name, value)
     except TypeError as e:
         raise ValueError(str(e)) from None
+
+
+def _value_range(name: str, value: Any) -> tuple[float, float] | None:
+    """``"0,1"`` (or a list of two numbers, from a config file) -> ``(0.0, 1.0)``."""
+    if value is None:
+        return None
+    parts = value.split(",") if isinstance(value, str) else value
+    try:
+        lo, hi = (float(p) for p in parts)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be LO,HI (two numbers, e.g. 0,1), got {value!r}") from None
+    return lo, hi
 
 
 def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
@@ -213,6 +242,9 @@ def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
         flag = key.upper() if key.endswith("_dir") else f"--{key.replace('_', '-')}"
         name = f"{key} in {args.config}" if key in from_file else flag
         setattr(args, key, _write_option(key, name, getattr(args, key)))
+    from .write.arguments import check_quantize
+
+    check_quantize("--quantize", args.quantize, "--range", args.range, args.store_dtype)
     return args
 
 
@@ -229,6 +261,8 @@ def _write(args: argparse.Namespace) -> int:
             workers=args.workers,
             page_size=args.page_size,
             store_dtype=args.store_dtype,
+            quantize=args.quantize,
+            quantize_range=args.range,
             limit=args.limit,
             progress=not args.no_progress,
             resume=args.resume,

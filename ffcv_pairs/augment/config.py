@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import InitVar, dataclass, fields
+from dataclasses import InitVar, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +38,7 @@ import numpy as np
 import yaml
 
 from .._checks import flag, integer, number, one_of, optional, pair, sequence_of
-from ..format.schema import ArraySpec, PairSchema
+from ..format.schema import ArraySpec, PairSchema, Quantization
 from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
@@ -348,6 +348,33 @@ class PairAugment:
     def float_range(self) -> tuple[float, float]:
         """What photometric ops clamp floating-point images to."""
         return self.value_range if self.value_range is not None else (0.0, 1.0)
+
+    def dequantizing(self, q: Quantization, schema: PairSchema) -> PairAugment:
+        """This augmentation on a file quantized with ``q``, handing back floats in its
+        range: the normalisation, given in the floats' units (or none), is rewritten to
+        act on the stored codes, ``mean' = (mean - lo) / step``, ``std' = std / step``.
+        The ops before it (``fill``, ``noise_std``, brightness, contrast) see the codes.
+
+        Raises:
+            ValueError: an integer ``out_dtype``, or images that are not 2-d or 3-d.
+        """
+        if self.out_dtype == "uint8":
+            raise ValueError(
+                "out_dtype='uint8' with dequantize: the values of a quantized file come back "
+                "as floats; use dequantize=False for the stored uint8 codes"
+            )
+        name = schema.IMAGE_FIELDS[0]
+        try:
+            channels = image_axes(schema.spec(name), self.channels, name).num_channels
+        except ValueError as e:
+            raise ValueError(f"dequantize: {e}; use dequantize=False for the codes") from None
+        mean = self.normalize_mean or (0.0,) * channels
+        std = self.normalize_std or (1.0,) * channels
+        return replace(
+            self,
+            normalize_mean=tuple((m - q.lo) / q.step for m in mean),
+            normalize_std=tuple(s / q.step for s in std),
+        )
 
     def resolved_out_dtype(self, stored: str) -> str:
         if self.out_dtype is not None:

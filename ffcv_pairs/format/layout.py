@@ -27,7 +27,7 @@ from ffcv.types import (
     get_metadata_type,
 )
 
-from .schema import PairSchema
+from .schema import NOTE_OFFSET, PairSchema
 
 __all__ = ["MAX_PAGE_SIZE", "MIN_PAGE_SIZE", "BetonLayout", "field_descriptors", "parse_size"]
 
@@ -73,8 +73,11 @@ def parse_size(text: str | int) -> int:
     return int(size)
 
 
-def field_descriptors(fields: dict[str, Field]) -> np.ndarray:
-    """The FFCV field-descriptor table for ``fields`` (name -> Field), in order."""
+def field_descriptors(
+    fields: dict[str, Field], notes: dict[str, bytes] | None = None
+) -> np.ndarray:
+    """The FFCV field-descriptor table for ``fields`` (name -> Field), in order, with each
+    field's note (see :mod:`~ffcv_pairs.format.schema`) at ``NOTE_OFFSET`` of its arguments."""
     table = np.zeros(len(fields), dtype=FieldDescType)
     type_ids = {handler: tid for tid, handler in TYPE_ID_HANDLER.items()}
     name_len = table[0]["name"].shape[0]
@@ -85,6 +88,12 @@ def field_descriptors(fields: dict[str, Field]) -> np.ndarray:
         table[i]["type_id"] = type_ids[type(field)]
         table[i]["name"][: len(encoded)] = encoded
         table[i]["arguments"][:] = field.to_binary()[0]
+        note = (notes or {}).get(name, b"")
+        if note:
+            args = table[i]["arguments"]
+            if args[NOTE_OFFSET:].any():
+                raise ValueError(f"field {name!r}: its arguments leave no room for a note")
+            args[NOTE_OFFSET : NOTE_OFFSET + len(note)] = np.frombuffer(note, dtype="<u1")
     return table
 
 
@@ -114,6 +123,10 @@ class BetonLayout:
     @property
     def fields(self) -> dict[str, Field]:
         return self.schema.ffcv_fields()
+
+    def descriptors(self) -> np.ndarray:
+        """The field-descriptor table, with the schema's notes."""
+        return field_descriptors(self.fields, self.schema.notes())
 
     @property
     def metadata_type(self) -> np.dtype:

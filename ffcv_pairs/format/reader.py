@@ -65,7 +65,11 @@ class PairReader(Reader):
         self.file_size = self.path.stat().st_size
         super().__init__(str(self.path))
         try:
-            self.schema = PairSchema.from_handlers(self.handlers, str(self.path))
+            arguments = {
+                name: self.field_descriptors[i]["arguments"].tobytes()
+                for i, name in enumerate(self.field_names)
+            }
+            self.schema = PairSchema.from_handlers(self.handlers, str(self.path), arguments)
         except ValueError as e:
             raise BetonError(str(e)) from None
         self._check_pointers()

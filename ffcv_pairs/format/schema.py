@@ -4,10 +4,20 @@ A `.beton` written by this project holds three fields, in this order:
 ``A`` and ``B`` (``NDArrayField``, fixed shape and dtype each) and ``label``
 (``IntField``, an int64 scalar kept in the metadata table). Nothing else in the
 project spells these names out; it asks the schema.
+
+An image field may be *quantized*: floats of a declared range stored as uint8
+(:class:`Quantization`). The file itself says so, in a note at byte
+:data:`NOTE_OFFSET` of the field's 1024-byte argument block, after what upstream's
+``NDArrayField`` keeps there (its shape, and its dtype as JSON: under 300 bytes).
+Upstream ignores the note, so plain FFCV still reads the stored uint8 values; this
+project reads them back in the original range (see ``LoaderConfig.dequantize``).
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -16,10 +26,65 @@ import numpy as np
 if TYPE_CHECKING:
     from ffcv.fields.base import Field
 
-__all__ = ["SUPPORTED_DTYPES", "ArraySpec", "PairSchema"]
+__all__ = ["NOTE_OFFSET", "SUPPORTED_DTYPES", "ArraySpec", "PairSchema", "Quantization"]
 
 #: Image dtypes that are stored and loaded bit-exactly.
 SUPPORTED_DTYPES: tuple[str, ...] = ("uint8", "float16", "float32")
+#: Where a field's note starts in its argument block (see the module docstring).
+NOTE_OFFSET = 768
+_NOTE_MAGIC = b"ffcv-pairs-note/1 "
+_NOTE_ROOM = 1024 - NOTE_OFFSET
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Floats of ``[lo, hi]`` stored as uint8: ``q`` stands for ``lo + q * step``, with
+    ``step = (hi - lo) / 255``. Each float is stored as its nearest ``q``, so a value
+    read back differs from the original by at most ``step / 2`` (:attr:`max_error`).
+
+    Args:
+        lo, hi: The declared range, finite, ``lo < hi``; values outside it are refused.
+    """
+
+    lo: float
+    hi: float
+
+    def __post_init__(self) -> None:
+        lo, hi = float(self.lo), float(self.hi)
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"quantize range must be two finite numbers lo < hi, got {lo}, {hi}")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+
+    @property
+    def step(self) -> float:
+        return (self.hi - self.lo) / 255.0
+
+    @property
+    def max_error(self) -> float:
+        """The largest difference between a float and its stored value read back."""
+        return self.step / 2
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        """uint8 codes of ``values`` (which must lie in the range: see ``outside``)."""
+        scaled = (np.asarray(values, dtype=np.float64) - self.lo) / self.step
+        return np.rint(scaled).clip(0, 255).astype(np.uint8)
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """The float32 values that uint8 ``codes`` stand for."""
+        return (self.lo + np.asarray(codes, dtype=np.float64) * self.step).astype(np.float32)
+
+    def outside(self, values: np.ndarray) -> np.ndarray:
+        """Mask of the values outside ``[lo, hi]`` (NaN included)."""
+        with np.errstate(invalid="ignore"):
+            return ~((values >= self.lo) & (values <= self.hi))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dtype": "uint8", "range": [self.lo, self.hi], "max_abs_error": self.max_error}
+
+    def describe(self) -> str:
+        q = f"quantized from [{self.lo:g}, {self.hi:g}]"
+        return f"{q}, max abs error {self.max_error:.3g} (half a step)"
 
 
 @dataclass(frozen=True)
@@ -28,11 +93,13 @@ class ArraySpec:
 
     Args:
         shape: The fixed array shape of every sample, e.g. ``(3, 64, 64)``.
-        dtype: One of :data:`SUPPORTED_DTYPES`.
+        dtype: One of :data:`SUPPORTED_DTYPES` (the stored dtype).
+        quantized: For uint8 that stands for floats, their :class:`Quantization`.
     """
 
     shape: tuple[int, ...]
     dtype: str
+    quantized: Quantization | None = None
 
     def __post_init__(self) -> None:
         if not self.shape or any(int(d) <= 0 for d in self.shape):
@@ -42,6 +109,8 @@ class ArraySpec:
             raise ValueError(
                 f"dtype {self.dtype!r} is not supported; use one of {SUPPORTED_DTYPES}"
             )
+        if self.quantized is not None and self.dtype != "uint8":
+            raise ValueError(f"a quantized field is stored as uint8, got {self.dtype!r}")
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -51,8 +120,44 @@ class ArraySpec:
     def nbytes(self) -> int:
         return int(np.prod(self.shape)) * self.np_dtype.itemsize
 
-    def describe(self) -> str:
-        return f"{self.dtype}{list(self.shape)}"
+    def describe(self, quantization: bool = True) -> str:
+        text = f"{self.dtype}{list(self.shape)}"
+        if self.quantized is None or not quantization:
+            return text
+        return f"{text} {self.quantized.describe()}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype}
+        if self.quantized is not None:
+            out["quantize"] = self.quantized.to_json()
+        return out
+
+    def note(self) -> bytes:
+        """What the `.beton`'s argument block notes of this field (empty: nothing)."""
+        if self.quantized is None:
+            return b""
+        q = self.quantized
+        text = _NOTE_MAGIC + json.dumps({"quantize": {"range": [q.lo, q.hi]}}).encode()
+        assert len(text) < _NOTE_ROOM, text
+        return text
+
+    @staticmethod
+    def parse_note(arguments: bytes) -> Quantization | None:
+        """The :class:`Quantization` a field's argument block notes, or None.
+
+        Raises:
+            ValueError: a note this version cannot read (quoted).
+        """
+        room = bytes(arguments[NOTE_OFFSET:]).rstrip(b"\0")
+        if not room:
+            return None
+        if not room.startswith(_NOTE_MAGIC):
+            raise ValueError(f"unknown note in the field's arguments: {room[:40]!r}")
+        try:
+            lo, hi = json.loads(room[len(_NOTE_MAGIC) :])["quantize"]["range"]
+            return Quantization(lo, hi)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"unreadable quantize note ({e}): {room[:80]!r}") from None
 
 
 @dataclass(frozen=True)
@@ -99,9 +204,25 @@ class PairSchema:
             self.LABEL_FIELD: IntField(),
         }
 
+    def notes(self) -> dict[str, bytes]:
+        """Each image field's note for its argument block (see :meth:`ArraySpec.note`)."""
+        return {name: self.spec(name).note() for name in self.IMAGE_FIELDS}
+
+    @property
+    def quantized(self) -> Quantization | None:
+        """The :class:`Quantization` of A and B (both or neither are quantized)."""
+        return self.a.quantized
+
     @classmethod
-    def from_handlers(cls, handlers: dict[str, Any], path: str) -> PairSchema:
+    def from_handlers(
+        cls, handlers: dict[str, Any], path: str, arguments: Mapping[str, bytes] | None = None
+    ) -> PairSchema:
         """Check the fields an FFCV ``Reader`` found and build the schema.
+
+        Args:
+            handlers: The ``Reader``'s fields, by name.
+            path: The file, for messages.
+            arguments: Each field's raw argument block, for its note (None: no notes).
 
         Raises:
             ValueError: naming ``path`` when a field is missing or of the wrong kind.
@@ -124,7 +245,9 @@ class PairSchema:
                 )
             dtype = np.dtype(h.dtype).name
             try:
-                specs.append(ArraySpec(tuple(int(d) for d in h.shape), dtype))
+                note = arguments.get(name, b"") if arguments is not None else b""
+                quantized = ArraySpec.parse_note(note)
+                specs.append(ArraySpec(tuple(int(d) for d in h.shape), dtype, quantized))
             except ValueError as e:
                 raise ValueError(f"{path}: field {name!r}: {e}") from None
         if not isinstance(handlers[cls.LABEL_FIELD], IntField):
@@ -135,11 +258,13 @@ class PairSchema:
         return cls(a=specs[0], b=specs[1])
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            name: {"shape": list(spec.shape), "dtype": spec.dtype}
-            for name, spec in zip(self.IMAGE_FIELDS, (self.a, self.b))
-        } | {self.LABEL_FIELD: {"dtype": "int64"}}
+        return {name: spec.to_json() for name, spec in zip(self.IMAGE_FIELDS, (self.a, self.b))} | {
+            self.LABEL_FIELD: {"dtype": "int64"}
+        }
 
     def describe(self) -> str:
         a_name, b_name = self.IMAGE_FIELDS
-        return f"{a_name}={self.a.describe()} {b_name}={self.b.describe()} {self.LABEL_FIELD}=int64"
+        same = self.a.quantized is not None and self.a.quantized == self.b.quantized
+        a, b = self.a.describe(not same), self.b.describe(not same)
+        text = f"{a_name}={a} {b_name}={b} {self.LABEL_FIELD}=int64"
+        return f"{text}, {self.a.quantized.describe()}" if same and self.a.quantized else text

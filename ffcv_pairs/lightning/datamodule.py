@@ -68,7 +68,15 @@ class PairDataModule(L.LightningDataModule):
     """
 
     #: Options passed to every loader as they are (documented by LoaderConfig).
-    LOADER_OPTIONS = ["os_cache", "seed", "window_bytes", "batches_ahead", "prefetch", "max_ram_gb"]
+    LOADER_OPTIONS = [
+        "os_cache",
+        "seed",
+        "window_bytes",
+        "batches_ahead",
+        "prefetch",
+        "dequantize",
+        "max_ram_gb",
+    ]
 
     def __init__(
         self,
@@ -86,6 +94,7 @@ class PairDataModule(L.LightningDataModule):
         window_bytes: int = DEFAULT_WINDOW_BYTES,
         batches_ahead: int = 2,
         prefetch: int = DEFAULT_PREFETCH,
+        dequantize: bool = True,
         max_ram_gb: float | None = None,
         device: str | None = None,
     ):
@@ -111,7 +120,7 @@ class PairDataModule(L.LightningDataModule):
         LoaderConfig(
             batch_size=1, order=order, os_cache=os_cache, seed=seed, augment=augment,
             num_threads=num_threads, window_bytes=window_bytes, batches_ahead=batches_ahead,
-            prefetch=prefetch, max_ram_gb=max_ram_gb, device=device,
+            prefetch=prefetch, dequantize=dequantize, max_ram_gb=max_ram_gb, device=device,
         )  # fmt: skip
         self.save_hyperparameters(ignore=["augment"])
         self.paths = {"train": train_path, "val": val_path, "test": test_path}
@@ -120,7 +129,7 @@ class PairDataModule(L.LightningDataModule):
         self.augment, self.num_threads = augment, num_threads
         self.window_bytes, self.batches_ahead = window_bytes, batches_ahead
         self.max_ram_gb, self.device = max_ram_gb, device
-        self.prefetch = prefetch
+        self.prefetch, self.dequantize = prefetch, dequantize
         self._loaders: dict[str, PairLoader] = {}
 
     # -- the trainer's view ------------------------------------------------------------
@@ -194,6 +203,7 @@ class PairDataModule(L.LightningDataModule):
             rank=rank,
             world_size=world,
             window_bytes=self.window_bytes,
+            dequantize=self.dequantize,
             max_ram_gb=self.max_ram_gb,
         )
 

@@ -76,10 +76,10 @@ class PairLoader:
         copy_engine: CopyEngine | None = None,
     ):
         """Args: ``copy_engine`` replaces the GPU's (tests pass the CPU simulation)."""
-        self.config = cfg = config
-        self.reader = open_beton(path, full_check=cfg.verify)
+        self.reader = open_beton(path, full_check=config.verify)
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
+        self.config = cfg = config.for_file(self.schema)
         self.rank, self.world_size = resolve_world(cfg.rank, cfg.world_size, cfg.distributed)
         self.num_threads = cfg.num_threads or default_num_threads(local_ranks(self.world_size))
         self.device = resolve_device(cfg.device)
@@ -312,6 +312,7 @@ def make_loader(
     world_size: int | None = None,
     indices: npt.ArrayLike | None = None,
     verify: bool = False,
+    dequantize: bool = True,
     max_ram_gb: float | None = None,
 ) -> PairLoader:
     # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test

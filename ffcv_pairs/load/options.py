@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 import numba
@@ -12,6 +12,7 @@ import torch
 
 from .._checks import SEED_LIMIT, flag, integer, number, one_of, optional
 from ..augment.config import PairAugment
+from ..format.schema import PairSchema
 from .order import ORDERS, OrderKind
 
 __all__ = ["DEFAULT_PREFETCH", "DEFAULT_WINDOW_BYTES", "LoaderConfig", "options_doc"]
@@ -99,6 +100,12 @@ class LoaderConfig:
         },
     )
     verify: bool = option("Check every checksum of the file on open.", False)
+    dequantize: bool = option(
+        "On a file written with ``quantize``: hand back floats in the quantized range "
+        "(float32 unless ``augment.out_dtype`` says otherwise; ``normalize_mean``/``std`` in "
+        "the floats' units). False: the stored uint8 codes. No effect on other files.",
+        True,
+    )
     max_ram_gb: float | None = option(
         "Refuse a loader whose node-wide RAM estimate exceeds it.", None
     )
@@ -133,7 +140,18 @@ class LoaderConfig:
         if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
             raise ValueError(f"rank must be below world_size {self.world_size}, got {self.rank}")
         put("verify", flag("verify", self.verify))
+        put("dequantize", flag("dequantize", self.dequantize))
         put("max_ram_gb", optional(number)("max_ram_gb", self.max_ram_gb, above=0))
+
+    def for_file(self, schema: PairSchema) -> LoaderConfig:
+        """These options for a file of ``schema``: on a quantized file with ``dequantize``,
+        the augmentation whose normalisation maps the codes back
+        (:meth:`~ffcv_pairs.augment.config.PairAugment.dequantizing`)."""
+        q = schema.quantized
+        if q is None or not self.dequantize:
+            return self
+        augment = (self.augment or PairAugment()).dequantizing(q, schema)
+        return replace(self, augment=augment)
 
 
 def options_doc(names: list[str] | None = None, indent: int = 8) -> str:

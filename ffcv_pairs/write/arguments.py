@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from .._checks import integer, one_of, optional
+from .._checks import integer, number, one_of, optional, sequence_of
 from ..format.layout import MAX_PAGE_SIZE, MIN_PAGE_SIZE
+from ..format.schema import Quantization
 
 __all__ = [
     "MAX_WORKERS",
@@ -22,6 +23,7 @@ __all__ = [
     "StoreDtype",
     "check_out_path",
     "check_page_size",
+    "check_quantize",
     "check_shuffle_seed",
     "check_store_dtype",
     "check_workers",
@@ -70,6 +72,29 @@ def check_page_size(name: str, value: Any) -> int:
 def check_store_dtype(name: str, value: Any) -> StoreDtype | None:
     """None (the source's dtype), ``"uint8"`` or ``"float16"``."""
     return cast("StoreDtype | None", optional(one_of)(name, value, STORE_DTYPES))
+
+
+def check_quantize(
+    name: str, value: Any, range_name: str, value_range: Any, store_dtype: str | None
+) -> Quantization | None:
+    """None, or ``"uint8"`` with a range ``(lo, hi)`` of finite numbers, ``lo < hi``, and no
+    store dtype (a quantization is the store dtype)."""
+    kind = optional(one_of)(name, value, ["uint8"])
+    if kind is None:
+        if value_range is not None:
+            raise ValueError(f"{range_name} applies to {name} uint8; got {range_name} alone")
+        return None
+    if value_range is None:
+        raise ValueError(f"{name} uint8 needs {range_name} LO,HI: the floats' range, e.g. 0,1")
+    if store_dtype is not None:
+        raise ValueError(f"{name} uint8 and store dtype {store_dtype!r}: choose one")
+    lo, hi = sequence_of(range_name, value_range, number, length=2)
+    try:
+        return Quantization(lo, hi)
+    except ValueError:
+        raise ValueError(
+            f"{range_name} must be two finite numbers LO < HI, got {value_range!r}"
+        ) from None
 
 
 def check_shuffle_seed(name: str, value: Any) -> int | None:

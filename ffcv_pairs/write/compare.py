@@ -1,4 +1,6 @@
-"""Compare a written `.beton` with its sources, sample by sample, bit-exactly."""
+"""Compare a written `.beton` with its sources, sample by sample, bit-exactly: a quantized
+field (see :class:`~ffcv_pairs.format.schema.Quantization`) with a fresh quantization of
+its source, whose codes are exactly those stored."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from ..format.integrity import Mismatch
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
 from .shuffle import Permutation
-from .sources import PairSource, cast_to_store, to_array, to_label
+from .sources import PairSource, cast_to_store, quantize_floats, to_array, to_label
 
 __all__ = ["compare_with_source"]
 
@@ -47,8 +49,12 @@ def compare_with_source(
         raw = source.read(i)
         at = f"sample {sid}" if shuffle_seed is None else f"sample {sid} (source index {i})"
         for value, field in zip(raw[:2], PairSchema.IMAGE_FIELDS):
-            where = source.where(i, field)
-            want = cast_to_store(to_array(value, where), store_dtype, where)
+            where, quantized = source.where(i, field), reader.schema.spec(field).quantized
+            arr = to_array(value, where)
+            if quantized is not None:
+                want = quantize_floats(arr, quantized, where)
+            else:
+                want = cast_to_store(arr, store_dtype, where)
             got = _stored(reader, field, sid)
             if (
                 want.shape != got.shape

@@ -1,5 +1,6 @@
 """Raw source values to arrays of the schema: sample 0 sets the schema, every other sample
-must match it, and a store dtype is applied only where no value changes."""
+must match it, a store dtype is applied only where no value changes, and a quantization
+only to floats inside its range."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema
-from .sources import PairSource, SourceError, cast_to_store, to_array, to_label
+from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema, Quantization
+from .sources import PairSource, SourceError, cast_to_store, quantize_floats, to_array, to_label
 
 __all__ = ["Converter"]
 
@@ -16,13 +17,19 @@ __all__ = ["Converter"]
 class Converter:
     """Turns raw values into arrays of the schema, naming the file on any mismatch."""
 
-    def __init__(self, store_dtype: str | None):
+    def __init__(self, store_dtype: str | None, quantize: Quantization | None = None):
         if store_dtype is not None and store_dtype not in ("uint8", "float16"):
             raise ValueError(f"store_dtype must be None, 'uint8' or 'float16', got {store_dtype!r}")
+        if store_dtype is not None and quantize is not None:
+            raise ValueError(f"store_dtype={store_dtype!r} and quantize: choose one")
         self.store = store_dtype
+        self.quantize = quantize
 
     def image(self, value: Any, where: str) -> np.ndarray:
-        return cast_to_store(to_array(value, where), self.store, where)
+        arr = to_array(value, where)
+        if self.quantize is not None:
+            return quantize_floats(arr, self.quantize, where)
+        return cast_to_store(arr, self.store, where)
 
     def infer(self, source: PairSource) -> PairSchema:
         """The schema of sample 0, refusing what cannot be stored."""
@@ -39,7 +46,7 @@ class Converter:
                 )
             if arr.ndim == 0 or arr.size == 0:
                 raise SourceError(f"{where}: expected a non-empty array, got shape {arr.shape}")
-            specs.append(ArraySpec(arr.shape, arr.dtype.name))
+            specs.append(ArraySpec(arr.shape, arr.dtype.name, self.quantize))
         to_label(raw[2], source.where(0, PairSchema.LABEL_FIELD))
         return PairSchema(a=specs[0], b=specs[1])
 
@@ -55,7 +62,8 @@ class Converter:
         self, value: Any, spec: ArraySpec, src: PairSource, i: int, part: str
     ) -> np.ndarray:
         """The bytes of one image; names the file (built only then) when it does not fit."""
-        if type(value) is np.ndarray and value.dtype == spec.np_dtype and value.shape == spec.shape:
+        exact = type(value) is np.ndarray and value.dtype == spec.np_dtype
+        if exact and value.shape == spec.shape and spec.quantized is None:
             return value.reshape(-1).view(np.uint8)
         where = src.where(i, part)
         arr = self.image(value, where)

@@ -21,7 +21,7 @@ from .._checks import integer
 from ..errors import FfcvPairsError
 
 if TYPE_CHECKING:
-    from ..format.schema import ArraySpec
+    from ..format.schema import ArraySpec, Quantization
 
 __all__ = [
     "ArraySource",
@@ -31,6 +31,7 @@ __all__ = [
     "as_source",
     "cast_to_store",
     "load_pt",
+    "quantize_floats",
     "to_array",
     "to_label",
 ]
@@ -107,6 +108,26 @@ def cast_to_store(arr: np.ndarray, store: str | None, where: str) -> np.ndarray:
             f"when stored as {store}; refusing (drop --store-dtype, or fix the data)"
         )
     return out
+
+
+def quantize_floats(arr: np.ndarray, q: Quantization, where: str) -> np.ndarray:
+    """The uint8 codes of float ``arr`` (see :class:`~ffcv_pairs.format.schema.Quantization`);
+    refuses integers, and values outside the range, naming the first and its index."""
+    if arr.dtype.kind != "f":
+        raise SourceError(
+            f"{where}: quantize stores floating-point images, got {arr.dtype}; drop --quantize "
+            f"(or use --store-dtype for a cast that keeps every value)"
+        )
+    outside = q.outside(arr)
+    if outside.any():
+        bad = np.unravel_index(int(np.argmax(outside)), arr.shape)
+        at = tuple(int(x) for x in bad)
+        raise SourceError(
+            f"{where}: value {float(arr[bad])!r} at index {at} is outside the "
+            f"quantize range [{q.lo:g}, {q.hi:g}] ({int(outside.sum())} such values); "
+            f"refusing (widen --range, or fix the data)"
+        )
+    return q.encode(arr)
 
 
 class PairSource(ABC):

@@ -30,7 +30,7 @@ from typing import Any
 
 from .._checks import flag, integer, optional
 from .._version import __version__
-from ..format.layout import BetonLayout, field_descriptors
+from ..format.layout import BetonLayout
 from ..format.schema import PairSchema
 from ..format.sidecar import Manifest
 from ..format.stats import stats_entry
@@ -39,6 +39,7 @@ from .arguments import (
     StoreDtype,
     check_out_path,
     check_page_size,
+    check_quantize,
     check_shuffle_seed,
     check_store_dtype,
     check_workers,
@@ -191,7 +192,7 @@ class _Conversion:
             if not done:
                 os.ftruncate(tracker.fd, 0)
                 os.ftruncate(tracker.fd, layout.file_size)
-            descriptors = field_descriptors(layout.fields)
+            descriptors = layout.descriptors()
             os.pwrite(tracker.fd, descriptors.tobytes(), layout.metadata_start - descriptors.nbytes)
             fsync_dir(files.out)
             t_pages = time.perf_counter()
@@ -311,6 +312,8 @@ def write_pairs(
     workers: int | None = None,
     page_size: int = DEFAULT_PAGE_SIZE,
     store_dtype: StoreDtype | None = None,
+    quantize: str | None = None,
+    quantize_range: tuple[float, float] | None = None,
     limit: int | None = None,
     progress: bool = True,
     resume: bool = False,
@@ -329,6 +332,11 @@ def write_pairs(
             (default 8 MiB).
         store_dtype: Store images as ``"uint8"`` or ``"float16"``; refuses a cast
             that would change a value. Default: store the source dtype exactly.
+        quantize: ``"uint8"``: store float images of ``quantize_range`` as uint8, lossily
+            (each value becomes the nearest of 256 levels: an error of at most
+            ``(hi - lo) / 510``); values outside the range are refused. The file notes the
+            range, and the loader hands back floats in it (``dequantize``).
+        quantize_range: ``(lo, hi)``, with ``quantize``.
         limit: Write only the first ``limit`` samples (at least 1).
         progress: Show a progress bar (samples/s and ETA) on stderr.
         resume: Continue an interrupted conversion of the same source with the same
@@ -352,6 +360,9 @@ def write_pairs(
     workers = check_workers("workers", workers) or len(os.sched_getaffinity(0))
     page_size = check_page_size("page_size", page_size)
     store_dtype = check_store_dtype("store_dtype", store_dtype)
+    quantization = check_quantize(
+        "quantize", quantize, "quantize_range", quantize_range, store_dtype
+    )
     limit = optional(integer)("limit", limit, 1)
     progress, resume = flag("progress", progress), flag("resume", resume)
     shuffle_seed = check_shuffle_seed("shuffle_seed", shuffle_seed)
@@ -359,7 +370,7 @@ def write_pairs(
     n = len(src) if limit is None else min(len(src), limit)
     if n == 0:
         raise SourceError(f"{src.describe()}: source is empty")
-    conv = Converter(store_dtype)
+    conv = Converter(store_dtype, quantization)
     schema = conv.infer(src)
     layout = BetonLayout(schema, n, page_size)
     order = None if shuffle_seed is None else Permutation(n, shuffle_seed)
@@ -370,6 +381,7 @@ def write_pairs(
         "schema": schema.to_json(),
         "page size": layout.page_size,
         "store dtype": store_dtype,
+        "quantize": None if quantization is None else [quantization.lo, quantization.hi],
         "shuffle seed": shuffle_seed,
     }
     files = Outputs.of(out)

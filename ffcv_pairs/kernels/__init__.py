@@ -6,8 +6,8 @@ it), ``bytemoves`` (inline LLVM row moves),
 (one sample's draw), ``planes`` (moving one plane), ``decode`` (A and B of a
 batch from the mapping), ``resize`` (separable bilinear) with ``lanes`` (its
 eight-value vector steps), ``photometric`` (the definitions), ``noise`` (the
-counter stream), ``pixels`` (photometric and output in one pass) and ``fused``
-(every CPU op of a uint8 batch). Every kernel is cached on disk, keyed on all of
+counter stream), ``pixels`` (photometric and output in one pass), ``fused``
+(every CPU op of a uint8 batch) and ``jpeg`` (libjpeg-turbo through FFCV's extension). Every kernel is cached on disk, keyed on all of
 these sources (see ``_cache``).
 
 The twelve hand-written LLVM intrinsics (``lanes``, ``bytemoves``, ``bytesums``,

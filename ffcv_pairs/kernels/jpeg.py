@@ -1,0 +1,118 @@
+"""JPEG decoding inside kernels: libjpeg-turbo, through the ``imdecode`` that FFCV's
+extension (``ffcv/_libffcv*.so``) exports. No new native dependency.
+
+Upstream calls it through ctypes, which numba will not cache ("uses dynamic
+globals"). Here it is an external symbol (``types.ExternalFunction``): the extension
+is loaded into LLVM's process-wide symbol table when this module is imported, before
+any kernel that calls it is compiled or loaded, so those kernels cache like every
+other (the extension is found without importing ``ffcv``).
+
+What ``imdecode`` does (ffcv 1.0.2, ``libffcv/libffcv.cpp``), and how it is used here:
+
+* It decodes a whole JPEG to packed RGB, 3 bytes a pixel, even a grayscale one (whose
+  three channels then agree), with the fast integer IDCT.
+* It decodes at the largest of turbojpeg's scale factors whose output fits the box
+  ``ceil(box_h * num / denom) x ceil(box_w * num / denom)``, taking the image's size
+  from the JPEG's header. It never checks the box against that size, so a wrong
+  box decodes silently at another scale: :func:`decode_rgb` passes the stored size.
+* It returns 0, or -1 for any error *or warning* (truncated or corrupt data); the
+  output is then undefined. A 0 does not prove the bytes intact (most single bit
+  flips decode to other pixels): the file's checksums do that.
+* Its own crop and flip are never used: they re-encode the image per call, work only
+  at 8- or 16-pixel block boundaries, and leave the last block column in place for a
+  width that is not a multiple of the block.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import llvmlite.binding as llvm
+import numba as nb
+import numpy as np
+from numba import types
+
+__all__ = ["SCALES", "decode_rgb", "extension_path", "scaled_size"]
+
+#: The reductions a decode can take (turbojpeg also has k/8 and upscales: never used).
+SCALES = (1, 2, 4, 8)
+
+
+def extension_path() -> Path:
+    """FFCV's compiled extension, found without importing ``ffcv``.
+
+    Raises:
+        ImportError: ffcv is not installed, or its extension is missing.
+    """
+    spec = importlib.util.find_spec("ffcv")
+    if spec is None or spec.origin is None:
+        raise ImportError("ffcv is not installed: JPEG decoding uses its extension")
+    found = sorted(Path(spec.origin).parent.glob("_libffcv*.so"))
+    if not found:
+        raise ImportError(f"ffcv's extension _libffcv*.so is missing in {Path(spec.origin).parent}")
+    return found[0]
+
+
+llvm.load_library_permanently(str(extension_path()))
+
+_u32 = types.uint32
+#: int imdecode(src, size, height, width, dst, box_h, box_w, off_x, off_y, num, denom,
+#: enable_crop, hflip): the C ``bool``s are passed as bytes (0 or 1).
+_imdecode: Any = types.ExternalFunction(
+    "imdecode",
+    types.int32(
+        types.voidptr,
+        types.uint64,
+        _u32,
+        _u32,
+        types.voidptr,
+        _u32,
+        _u32,
+        _u32,
+        _u32,
+        _u32,
+        _u32,
+        types.uint8,
+        types.uint8,
+    ),
+)
+
+
+@nb.njit(cache=True, nogil=True)
+def scaled_size(height, width, denom):  # pragma: no cover - JIT
+    """``(ceil(height / denom), ceil(width / denom))``: the size of a 1/denom decode."""
+    return (height + denom - 1) // denom, (width + denom - 1) // denom
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_rgb(src, start, size, dst, height, width, denom):  # pragma: no cover - JIT
+    """Decode the JPEG at ``src[start:start + size]`` into ``dst`` at 1/``denom`` scale.
+
+    Args:
+        src: uint8 bytes holding the JPEG (the file's mapping, or any array).
+        start, size: Where the JPEG is in ``src``; the caller checks the range.
+        dst: C-contiguous uint8 array of at least ``scaled_size(height, width, denom)``
+            x 3 bytes: packed RGB rows, ``ceil(width / denom) * 3`` bytes each.
+        height, width: The image's stored size (the truth; see the module docstring).
+        denom: One of :data:`SCALES`.
+
+    Returns:
+        0, or -1 when the JPEG is corrupt or truncated (``dst`` then holds garbage).
+    """
+    return _imdecode(
+        src[start:].ctypes.data,
+        np.uint64(size),
+        np.uint32(height),
+        np.uint32(width),
+        dst.ctypes.data,
+        np.uint32(height),
+        np.uint32(width),
+        np.uint32(0),
+        np.uint32(0),
+        np.uint32(1),
+        np.uint32(denom),
+        np.uint8(0),
+        np.uint8(0),
+    )

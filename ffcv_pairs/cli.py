@@ -192,25 +192,13 @@ def _write_option(key: str, name: str, value: Any) -> Any:
         "page_size": arguments.check_page_size,
         "store_dtype": arguments.check_store_dtype,
         "quantize": lambda n, v: optional(one_of)(n, v, ("uint8",)),
-        "range": _value_range,
+        "range": arguments.parse_range,
         "shuffle": arguments.check_shuffle_seed,
     }
     try:
         return checks[key](name, value)
     except TypeError as e:
         raise ValueError(str(e)) from None
-
-
-def _value_range(name: str, value: Any) -> tuple[float, float] | None:
-    """``"0,1"`` (or a list of two numbers, from a config file) -> ``(0.0, 1.0)``."""
-    if value is None:
-        return None
-    parts = value.split(",") if isinstance(value, str) else value
-    try:
-        lo, hi = (float(p) for p in parts)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be LO,HI (two numbers, e.g. 0,1), got {value!r}") from None
-    return lo, hi
 
 
 def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:

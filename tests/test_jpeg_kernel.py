@@ -11,7 +11,9 @@ import cv2
 import numpy as np
 import pytest
 
-from ffcv_pairs.kernels.jpeg import SCALES, decode_rgb, scaled_size
+from ffcv_pairs.format.schema import ArraySpec
+from ffcv_pairs.kernels.jpeg import CHW, HWC, SCALES, decode_image, decode_rgb, scaled_size
+from ffcv_pairs.write.encode import encode_jpeg, jpeg_layout
 
 
 def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
@@ -109,3 +111,62 @@ def test_the_kernel_is_cached_on_disk(tmp_path) -> None:
     hits, misses = (int(x) for x in runs[1].stdout.split())
     assert (hits, misses) == (1, 0), [r.stdout + r.stderr for r in runs]
     assert "cannot cache" not in runs[0].stderr + runs[1].stderr
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b) ** 2)
+    return float(10 * np.log10(255**2 / mse))
+
+
+@pytest.mark.parametrize(
+    "shape", [(3, 40, 56), (40, 56, 3), (1, 40, 56), (40, 56, 1), (40, 56)], ids=str
+)
+@pytest.mark.parametrize("quality", [75, 90, 95])
+def test_round_trip_within_jpeg_tolerance_in_every_layout(shape, quality) -> None:
+    """Encode as the writer does, decode as the loader does: the stored layout comes back,
+    within what the quality promises (PSNR against the original, and a bound on the mean)."""
+    rgb = photo(40, 56, seed=quality)
+    gray = rgb[..., 1]
+    spec = ArraySpec(shape, "uint8")
+    layout = jpeg_layout(spec, "A")
+    image = {
+        (3, 40, 56): np.moveaxis(rgb, -1, 0),
+        (40, 56, 3): rgb,
+        (1, 40, 56): gray[None],
+        (40, 56, 1): gray[..., None],
+        (40, 56): gray,
+    }[shape].copy()
+    jpeg = encode_jpeg(image, layout, quality)
+    assert len(jpeg) < image.nbytes
+    out = np.zeros(shape, np.uint8)
+    src = np.concatenate([np.zeros(5, np.uint8), jpeg])
+    scratch = np.zeros(40 * 56 * 3, np.uint8)
+    first = CHW if layout == "chw" else HWC
+    channels = 1 if len(shape) == 2 else shape[0 if layout == "chw" else 2]
+    view = out.reshape(40, 56, 1) if len(shape) == 2 else out
+    assert decode_image(src, 5, len(jpeg), view, first, channels, scratch) == 0
+    least = {75: 27.0, 90: 29.0, 95: 30.0}[quality]  # RGB here: 28.8, 30.8, 31.5 (OpenCV)
+    assert psnr(out, image) > least, psnr(out, image)
+    # the layout is right: each channel of the output matches its own channel of the input
+    if channels == 3:
+        axis = 0 if layout == "chw" else 2
+        for c in range(3):
+            mine = np.take(out, c, axis=axis).astype(int)
+            others = [np.take(image, k, axis=axis) for k in range(3)]
+            errors = [np.abs(mine - o).mean() for o in others]
+            assert int(np.argmin(errors)) == c, errors
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "needle"),
+    [
+        ((3, 8, 8), "float32", "JPEG stores uint8 images, got float32"),
+        ((2, 8, 8), "uint8", r"with C = 1 or 3, got \[2, 8, 8\]"),
+        ((8, 8, 4), "uint8", r"got \[8, 8, 4\]"),
+        ((2, 3, 8, 8), "uint8", r"got \[2, 3, 8, 8\]"),
+        ((64,), "uint8", r"got \[64\]"),
+    ],
+)
+def test_what_jpeg_cannot_hold_is_refused_by_name(shape, dtype, needle) -> None:
+    with pytest.raises(ValueError, match=rf"train_A_images_0\.pt: .*{needle}"):
+        jpeg_layout(ArraySpec(shape, dtype), "train_A_images_0.pt")

@@ -7,8 +7,9 @@ it), ``bytemoves`` (inline LLVM row moves),
 batch from the mapping), ``resize`` (separable bilinear) with ``lanes`` (its
 eight-value vector steps), ``photometric`` (the definitions), ``noise`` (the
 counter stream), ``pixels`` (photometric and output in one pass), ``fused``
-(every CPU op of a uint8 batch) and ``jpeg`` (libjpeg-turbo through FFCV's extension). Every kernel is cached on disk, keyed on all of
-these sources (see ``_cache``).
+(every CPU op of a uint8 batch) and ``jpeg`` (libjpeg-turbo through FFCV's
+extension). Every kernel is cached on disk, keyed on all of these sources (see
+``_cache``).
 
 The twelve hand-written LLVM intrinsics (``lanes``, ``bytemoves``, ``bytesums``,
 ``floatbits``; ``llvmir`` holds their IR helpers) each have a plain-numba twin of

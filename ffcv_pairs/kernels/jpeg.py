@@ -34,7 +34,11 @@ import numba as nb
 import numpy as np
 from numba import types
 
-__all__ = ["SCALES", "decode_rgb", "extension_path", "scaled_size"]
+__all__ = ["CHW", "HWC", "SCALES", "decode_image", "decode_rgb", "extension_path", "scaled_size"]
+
+#: Where an image's channels are, as :func:`decode_image` takes it: last (also for a 2-d
+#: image, one channel) or first.
+HWC, CHW = 0, 1
 
 #: The reductions a decode can take (turbojpeg also has k/8 and upscales: never used).
 SCALES = (1, 2, 4, 8)
@@ -116,3 +120,40 @@ def decode_rgb(src, start, size, dst, height, width, denom):  # pragma: no cover
         np.uint8(0),
         np.uint8(0),
     )
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_image(src, start, size, out, channels_first, channels, scratch):  # pragma: no cover
+    """Decode one stored image at full size into ``out`` in its stored layout.
+
+    Args:
+        src, start, size: Where the JPEG is (see :func:`decode_rgb`).
+        out: C-contiguous uint8 ``(H, W, C)`` or ``(C, H, W)`` array (an ``(H, W)`` image
+            as ``(H, W, 1)``).
+        channels_first: :data:`CHW` or :data:`HWC`.
+        channels: 1 or 3 (one channel takes the first of the decoded three, which agree).
+        scratch: uint8 array of at least ``H * W * 3`` bytes (one per thread).
+
+    Returns:
+        0, or -1 for a corrupt or truncated JPEG (``out`` may then hold garbage).
+    """
+    if channels_first == CHW:
+        height, width = out.shape[1], out.shape[2]
+    else:
+        height, width = out.shape[0], out.shape[1]
+    plane = height * width
+    rgb = scratch[: plane * 3]
+    if channels == 3 and channels_first == HWC:
+        rgb = out.reshape(-1)  # decode in place
+    status = decode_rgb(src, start, size, rgb, height, width, 1)
+    if status != 0 or (channels == 3 and channels_first == HWC):
+        return status
+    flat = out.reshape(-1)
+    if channels_first == CHW:
+        for c in range(channels):
+            for p in range(plane):
+                flat[c * plane + p] = rgb[p * 3 + c]
+    else:
+        for p in range(plane):
+            flat[p] = rgb[p * 3]
+    return status

@@ -27,6 +27,7 @@ __all__ = [
     "check_shuffle_seed",
     "check_store_dtype",
     "check_workers",
+    "parse_range",
     "worker_limit",
 ]
 
@@ -95,6 +96,18 @@ def check_quantize(
         raise ValueError(
             f"{range_name} must be two finite numbers LO < HI, got {value_range!r}"
         ) from None
+
+
+def parse_range(name: str, value: Any) -> tuple[float, float] | None:
+    """``"0,1"`` (a flag) or two numbers (a config file) -> ``(0.0, 1.0)``; None passes."""
+    if value is None:
+        return None
+    parts = value.split(",") if isinstance(value, str) else value
+    try:
+        lo, hi = (float(p) for p in parts)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be LO,HI (two numbers, e.g. 0,1), got {value!r}") from None
+    return lo, hi
 
 
 def check_shuffle_seed(name: str, value: Any) -> int | None:

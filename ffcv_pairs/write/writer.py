@@ -6,16 +6,16 @@ Example:
     >>> write_pairs(open_source("data/pt", "train"), "out/train.beton", resume=True)
 
 How it works: the layout is fixed by the schema (see :mod:`ffcv_pairs.format.layout`),
-so worker processes write each data page, with its metadata rows, at its final
-offset in ``OUT.partial`` and return its CRC32 and SHA-256 (:mod:`.tasks`). The
-writer appends those to the journal ``OUT.journal`` (:mod:`.journal`), which also
-holds the lock and the source's fingerprint. When every page is done it writes
-the allocation table and then the header (which makes a file readable), digests
-those small table blocks, derives the whole-file digest from the block digests
-(:mod:`ffcv_pairs.format.sidecar`) and renames ``OUT.partial`` over ``OUT``: the
-data is read once. A run stopped at any point (kill, crash, SIGTERM, Ctrl-C, a bad
-file) leaves no ``OUT`` and never touches an older one; ``resume=True`` keeps the
-journaled pages and writes the rest, giving the same bytes as an uninterrupted run.
+so worker processes write each data page, with its metadata rows, at its final offset
+in ``OUT.partial`` and return its CRC32 and SHA-256 (:mod:`.tasks`). The writer appends
+those to the journal ``OUT.journal`` (:mod:`.journal`), which also holds the lock and
+the source's fingerprint. When every page is done it writes the allocation table and
+then the header (which makes a file readable), digests those small table blocks,
+derives the whole-file digest from the block digests (:mod:`ffcv_pairs.format.sidecar`)
+and renames ``OUT.partial`` over ``OUT``: the data is read once. A run stopped at any
+point (kill, crash, SIGTERM, Ctrl-C, a bad file) leaves no ``OUT`` and never touches an
+older one; ``resume=True`` keeps the journaled pages and writes the rest, giving the
+same bytes as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -79,12 +79,10 @@ class WriteReport:
 
     Attributes:
         seconds: Wall time of the whole call.
-        page_seconds: Wall time of the page-writing phase (the rest is discovery,
-            sample 0, and the final tables and renames).
+        page_seconds: Wall time of writing pages (not discovery, sample 0, tables, renames).
         fast_reads / fallback_reads: ``.pt`` files read without / with ``torch.load``.
         pages_kept: Data pages taken over from an interrupted run (``resume=True``).
-        samples_written: Samples written by this call (fewer than ``num_samples`` when
-            resumed); the rate in :meth:`summary` counts these.
+        samples_written: Samples written by this call (fewer when resumed; :meth:`summary`'s rate).
     """
 
     path: Path
@@ -332,15 +330,12 @@ def write_pairs(
             (default 8 MiB).
         store_dtype: Store images as ``"uint8"`` or ``"float16"``; refuses a cast
             that would change a value. Default: store the source dtype exactly.
-        quantize: ``"uint8"``: store float images of ``quantize_range`` as uint8, lossily
-            (each value becomes the nearest of 256 levels: an error of at most
-            ``(hi - lo) / 510``); values outside the range are refused. The file notes the
-            range, and the loader hands back floats in it (``dequantize``).
-        quantize_range: ``(lo, hi)``, with ``quantize``.
+        quantize, quantize_range: ``"uint8"`` and ``(lo, hi)``: store float images of that
+            range as their nearest of 256 levels, at most ``(hi - lo) / 510`` off; values
+            outside it are refused (see :class:`~ffcv_pairs.format.schema.Quantization`).
         limit: Write only the first ``limit`` samples (at least 1).
         progress: Show a progress bar (samples/s and ETA) on stderr.
-        resume: Continue an interrupted conversion of the same source with the same
-            settings, keeping its finished pages (starts afresh when there is none).
+        resume: Keep the finished pages of an interrupted run of the same conversion.
         shuffle_seed: Write the samples in the seeded order of
             :class:`~ffcv_pairs.write.shuffle.Permutation` instead of source order; an
             integer in ``[0, 2**64)``.
@@ -353,16 +348,14 @@ def write_pairs(
             each was doing; the disk is full, and it says how much is free; another
             ``OSError``. WriteInterrupted: SIGTERM; KeyboardInterrupt: Ctrl-C. Each says
             whether ``resume=True`` can continue.
-        TypeError, ValueError: a bad argument; the message names it and the value given.
+        TypeError, ValueError: a bad argument, named with the value given.
     """
     t0 = time.perf_counter()
     out = check_out_path("path", path)
     workers = check_workers("workers", workers) or len(os.sched_getaffinity(0))
     page_size = check_page_size("page_size", page_size)
     store_dtype = check_store_dtype("store_dtype", store_dtype)
-    quantization = check_quantize(
-        "quantize", quantize, "quantize_range", quantize_range, store_dtype
-    )
+    q = check_quantize("quantize", quantize, "quantize_range", quantize_range, store_dtype)
     limit = optional(integer)("limit", limit, 1)
     progress, resume = flag("progress", progress), flag("resume", resume)
     shuffle_seed = check_shuffle_seed("shuffle_seed", shuffle_seed)
@@ -370,7 +363,7 @@ def write_pairs(
     n = len(src) if limit is None else min(len(src), limit)
     if n == 0:
         raise SourceError(f"{src.describe()}: source is empty")
-    conv = Converter(store_dtype, quantization)
+    conv = Converter(store_dtype, q)
     schema = conv.infer(src)
     layout = BetonLayout(schema, n, page_size)
     order = None if shuffle_seed is None else Permutation(n, shuffle_seed)
@@ -381,7 +374,7 @@ def write_pairs(
         "schema": schema.to_json(),
         "page size": layout.page_size,
         "store dtype": store_dtype,
-        "quantize": None if quantization is None else [quantization.lo, quantization.hi],
+        "quantize": None if q is None else [q.lo, q.hi],
         "shuffle seed": shuffle_seed,
     }
     files = Outputs.of(out)

@@ -354,6 +354,31 @@ def test_sigterm_once_the_journal_is_started_keeps_nothing_and_says_so(
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.parametrize("point", ["rename", "sidecar"])
+def test_sigterm_once_the_file_is_in_place_says_resume_finishes_it(
+    tmp_path: Path, small_src: Path, small_reference: bytes, point: str
+) -> None:
+    # At "sidecar" every file is in place but the journal; a run of 3 test processes once
+    # hit the moment after that hook and before the journal's removal, which then lay
+    # outside the handler that says what was kept: "interrupted by SIGTERM", nothing more.
+    out, hooks = tmp_path / "out", tmp_path / "hooks"
+    hooks.mkdir()
+    argv = small_argv(small_src, out, "--workers", "2")
+    proc = start_writer(argv, tmp_path / "log", hook=f"{point}:block", hook_dir=hooks)
+    reached(hooks)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert finish(proc) == 128 + signal.SIGTERM
+    line = (tmp_path / "log").read_text().strip()
+    done = "and its sidecar are" if point == "sidecar" else "is"
+    assert line == (
+        f"error: {out / 'train.beton'}: interrupted by SIGTERM; train.beton {done} in place, "
+        "not yet all: rerun with --resume to continue"
+    )
+    assert write_main([*argv, "--resume"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == FINISHED
+    assert (out / "train.beton").read_bytes() == small_reference
+
+
 def test_ctrl_c_while_the_script_imports_is_one_line(tmp_path: Path, small_src: Path) -> None:
     # A KeyboardInterrupt raised inside an extension module's initialisation aborted the
     # interpreter (SIGABRT); elsewhere in the imports it printed a traceback.

@@ -143,7 +143,6 @@ def finish_file(
     if manifest.stats is not None:
         os.replace(files.stats_partial, files.stats)
     fsync_dir(files.out)
-    hook("sidecar")
 
 
 def _matches(manifest_file: Path, files: Outputs, layout: BetonLayout, pages: PageDigests) -> bool:

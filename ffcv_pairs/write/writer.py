@@ -198,13 +198,14 @@ class _Conversion:
             page_seconds = time.perf_counter() - t_pages
             manifest = self._manifest(tracker.stats_fd is not None)
             finish_file(tracker.fd, files, layout, manifest, tracker.digests, tracker.stats_fd)
+            hook("sidecar")  # every file in place, the journal not yet removed
+            self.journal.remove()  # here: a signal before it is reported with what is left
         except BaseException as e:
             raise self._failed(e, tracker) from None
         finally:
             for fd in (tracker.fd, tracker.stats_fd):
                 if fd is not None and fd >= 0:
                     os.close(fd)
-        self.journal.remove()
         return self.report(tracker, page_seconds, len(done))
 
     def _pages(self, tracker: PageTracker) -> None:
@@ -272,9 +273,8 @@ class _Conversion:
         files = self.files
         then = "once there is room" if room else "to continue"
         if not files.partial.exists() and files.out.exists():  # renamed: the rest is quick
-            return (
-                f"{files.out.name} is in place but not yet its sidecar: rerun with --resume {then}"
-            )
+            done = "and its sidecar are" if files.sidecar.exists() else "is"
+            return f"{files.out.name} {done} in place, not yet all: rerun with --resume {then}"
         if kept:
             pages = f"{kept} of {self.layout.num_pages} pages"
             return f"{files.partial.name} kept with {pages} written: rerun with --resume {then}"

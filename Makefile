@@ -34,16 +34,16 @@ lint: install
 	$(PY) -m ruff format --check ffcv_pairs writers bench tests
 	$(PY) -m mypy
 
-# Two test processes (pytest-xdist), tests handed out as each finishes: most tests keep one core
-# busy (a subprocess, or the compiler). From a fresh clone on 2 cores the suite took 12.9-14 min
-# in one process, 9.7 min with two. Lint runs beside the tests (the suite leaves about a quarter
-# of the cores idle: tests waiting on subprocesses, the benchmark smoke test's time boxes); its
-# output follows theirs. The tests marked slow start first (tests/conftest.py).
-# tests/test_plain_pass.py runs the reference tests again with the
-# plain-numba twins of the LLVM intrinsics (FFCV_PAIRS_PLAIN_KERNELS=1), as one test of this run.
+# Three test processes (pytest-xdist), tests handed out as each finishes. The suite keeps
+# 2 cores about three quarters busy with two (tests waiting on subprocesses and on the
+# benchmark smoke test's time boxes); a third fills that: from a fresh clone on 2 cores,
+# make test took 11.9 min with two, 10.4 with three. The tests marked slow start first
+# (tests/conftest.py). Lint runs beside the tests; its output follows theirs.
+# tests/test_plain_pass.py runs the reference tests again with the plain-numba twins of the
+# LLVM intrinsics (FFCV_PAIRS_PLAIN_KERNELS=1), as one test of this run.
 test: install
 	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
-	  $(PY) -m pytest -n 2 --dist worksteal; tests=$$?; \
+	  $(PY) -m pytest -n 3 --dist worksteal; tests=$$?; \
 	  wait $$lint; lint=$$?; echo "--- lint"; cat $(VENV)/lint.log; \
 	  exit $$(( tests || lint ))
 

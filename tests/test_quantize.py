@@ -132,6 +132,24 @@ def test_a_note_this_version_cannot_read_is_refused_by_name(tmp_path: Path) -> N
         PairReader(path)
 
 
+def test_a_and_b_with_different_ranges_are_refused(tmp_path: Path) -> None:
+    from ffcv.types import HeaderType
+
+    a = floats(10, (3, 4, 4))
+    path = written(tmp_path, a, a)
+    reader = PairReader(path)
+    row = reader.field_descriptors.itemsize  # B is the second field
+    at = HeaderType.itemsize + row + reader.field_descriptors.dtype.fields["arguments"][1]
+    note = reader.field_descriptors[1]["arguments"].tobytes()[NOTE_OFFSET:].rstrip(b"\0")
+    changed = note.replace(b"3.0", b"4.0")
+    assert changed != note and len(changed) == len(note)
+    with open(path, "r+b") as f:
+        f.seek(at + NOTE_OFFSET)
+        f.write(changed)
+    with pytest.raises(BetonError, match=r"q\.beton: fields 'A' and 'B' note different quant"):
+        PairReader(path)
+
+
 def test_out_of_range_and_nan_are_refused_naming_the_value(tmp_path: Path) -> None:
     a = floats(12, (3, 4, 4))
     bad = a.copy()

@@ -255,6 +255,12 @@ class PairSchema:
                 f"{path}: field {cls.LABEL_FIELD!r} is a "
                 f"{type(handlers[cls.LABEL_FIELD]).__name__}, expected IntField"
             )
+        if specs[0].quantized != specs[1].quantized:  # the loader maps both with one range
+            a_name, b_name = cls.IMAGE_FIELDS
+            raise ValueError(
+                f"{path}: fields {a_name!r} and {b_name!r} note different quantizations "
+                f"({specs[0].quantized} and {specs[1].quantized}); this writer never makes that"
+            )
         return cls(a=specs[0], b=specs[1])
 
     def to_json(self) -> dict[str, Any]:

@@ -37,9 +37,11 @@ def jpeg_layout(spec: ArraySpec, where: str) -> JpegLayout:
         )
     if len(shape) == 2:
         return "hw"
-    if len(shape) == 3 and shape[0] in (1, 3) and min(shape[1:]) > 3:
+    # The channel axis as augment.axes.image_axes finds it ("auto": the first or last axis,
+    # strictly smaller than the other two), so writer and loader read one shape alike.
+    if len(shape) == 3 and shape[0] in (1, 3) and shape[0] < min(shape[1:]):
         return "chw"
-    if len(shape) == 3 and shape[2] in (1, 3) and min(shape[:2]) > 3:
+    if len(shape) == 3 and shape[2] in (1, 3) and shape[2] < min(shape[:2]):
         return "hwc"
     raise ValueError(
         f"{where}: JPEG stores images of shape (C, H, W), (H, W, C) or (H, W) with C = 1 or 3, "

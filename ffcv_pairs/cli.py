@@ -32,7 +32,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 __all__ = ["main", "write_main"]
 
@@ -79,7 +79,7 @@ def _guard(run: Callable[[], int]) -> int:
 
 
 def _add_write_args(p: argparse.ArgumentParser) -> None:
-    # Values stay strings here: _merge_write_config checks flags and --config alike.
+    # Values stay strings here: merge_write_config checks flags and --config alike.
     p.add_argument("src_dir", nargs="?", help="directory holding the .pt files")
     p.add_argument("out_dir", nargs="?", help="directory to write <split>.beton into")
     p.add_argument(
@@ -123,6 +123,14 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
         help="the floats' range, with --quantize (a negative LO: --range=-1,1)",
     )
     p.add_argument(
+        "--codec",
+        default=None,
+        metavar="CODEC",
+        help="raw (default: exact), jpeg (A and B: lossy, 5-15x smaller for photos), or per "
+        "field: A=jpeg,B=raw. JPEG takes uint8 images of 1 or 3 channels",
+    )
+    p.add_argument("--quality", default=None, metavar="Q", help="JPEG quality 1-100 (90)")
+    p.add_argument(
         "--shuffle",
         default=None,
         metavar="SEED",
@@ -136,111 +144,12 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-_WRITE_DEFAULTS: dict[str, object] = {"layout": "auto", "page_size": "8MiB"}
-_WRITE_KEYS = (
-    "src_dir",
-    "out_dir",
-    "split",
-    "layout",
-    "workers",
-    "limit",
-    "page_size",
-    "store_dtype",
-    "quantize",
-    "range",
-    "shuffle",
-)
-
-
-def _directory(name: str, value: Any) -> Path:
-    if not isinstance(value, str | os.PathLike):
-        raise TypeError(f"{name} must be a directory, got {value!r} ({type(value).__name__})")
-    return Path(value)
-
-
-def _splits(name: str, value: Any) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
-        raise ValueError(f"{name} must be split names (non-empty strings), got {value!r}")
-    return value
-
-
-def _write_option(key: str, name: str, value: Any) -> Any:
-    """A ``write`` option from a flag (a string) or ``--config`` (any YAML value), checked
-    as :func:`~ffcv_pairs.write.writer.write_pairs` checks it; a refusal is a ValueError
-    naming ``name`` (one line, exit status 2)."""
-    from ._checks import integer, one_of, optional
-    from .format import layout
-    from .write import arguments
-
-    if isinstance(value, str) and key in ("workers", "limit", "shuffle"):
-        try:
-            value = int(value)
-        except ValueError:
-            raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    if isinstance(value, str) and key == "page_size":
-        try:
-            value = layout.parse_size(value)
-        except (ValueError, OverflowError) as e:
-            raise ValueError(f"{name}: {e}") from None
-    checks: dict[str, Callable[[str, Any], Any]] = {
-        "src_dir": _directory,
-        "out_dir": _directory,
-        "split": _splits,
-        "layout": lambda n, v: one_of(n, v, ("auto", "per-sample", "batched")),
-        "workers": arguments.check_workers,
-        "limit": lambda n, v: optional(integer)(n, v, 1),
-        "page_size": arguments.check_page_size,
-        "store_dtype": arguments.check_store_dtype,
-        "quantize": lambda n, v: optional(one_of)(n, v, ("uint8",)),
-        "range": arguments.parse_range,
-        "shuffle": arguments.check_shuffle_seed,
-    }
-    try:
-        return checks[key](name, value)
-    except TypeError as e:
-        raise ValueError(str(e)) from None
-
-
-def _merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
-    """Command-line flags over ``--config`` over defaults; each checked, naming its flag
-    or the config file."""
-    import yaml
-
-    file: dict[str, object] = {}
-    if args.config is not None:
-        loaded = yaml.safe_load(args.config.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{args.config}: expected a mapping of write options")
-        unknown = sorted(set(loaded) - set(_WRITE_KEYS))
-        if unknown:
-            raise ValueError(
-                f"{args.config}: unknown option(s) {unknown}; known: {list(_WRITE_KEYS)}"
-            )
-        file = loaded
-    from_file = {key for key in file if getattr(args, key) is None}
-    for key in _WRITE_KEYS:
-        if getattr(args, key) is None:
-            setattr(args, key, file.get(key, _WRITE_DEFAULTS.get(key)))
-    if isinstance(args.split, str):
-        args.split = [args.split]
-    for key in ("src_dir", "out_dir", "split"):
-        if not getattr(args, key):
-            raise ValueError(f"missing {key} (give it on the command line or in --config)")
-    for key in _WRITE_KEYS:
-        flag = key.upper() if key.endswith("_dir") else f"--{key.replace('_', '-')}"
-        name = f"{key} in {args.config}" if key in from_file else flag
-        setattr(args, key, _write_option(key, name, getattr(args, key)))
-    from .write.arguments import check_quantize
-
-    check_quantize("--quantize", args.quantize, "--range", args.range, args.store_dtype)
-    return args
-
-
 def _write(args: argparse.Namespace) -> int:
+    from .write.flags import merge_write_config
     from .write.source_kinds import open_sources
     from .write.writer import write_pairs
 
-    args = _merge_write_config(args)
+    args = merge_write_config(args)
     sources = open_sources(args.src_dir, args.split, args.layout)  # one directory scan
     for split, source in zip(args.split, sources):
         report = write_pairs(
@@ -251,6 +160,8 @@ def _write(args: argparse.Namespace) -> int:
             store_dtype=args.store_dtype,
             quantize=args.quantize,
             quantize_range=args.range,
+            codec=args.codec,
+            quality=args.quality,
             limit=args.limit,
             progress=not args.no_progress,
             resume=args.resume,

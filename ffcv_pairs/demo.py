@@ -5,6 +5,7 @@ Commands::
     make demo                                   # = python -m ffcv_pairs.demo --compare
     python -m ffcv_pairs.demo                   # paired augmentation only
     python -m ffcv_pairs.demo --independent     # A and B augmented independently
+    python -m ffcv_pairs.demo --codec jpeg      # A and B stored as JPEG quality 90
     python -m ffcv_pairs.demo --train 6000 --val 1500 --epochs 6 --out demo_out
 
 The task is "did B change relative to A?". A is a 48x48 crop of a real
@@ -139,7 +140,7 @@ class DemoResult:
     train_seconds: float
 
 
-def convert(pt_dir: Path, out_dir: Path, splits: list[str]) -> None:
+def convert(pt_dir: Path, out_dir: Path, splits: list[str], codec: str = "raw") -> None:
     """``python writers/write_beton.py PT OUT --split ...`` (the documented command)."""
     script = REPO / "writers" / "write_beton.py"
     cmd = (
@@ -148,6 +149,8 @@ def convert(pt_dir: Path, out_dir: Path, splits: list[str]) -> None:
         else [sys.executable, "-m", "ffcv_pairs", "write"]
     )
     cmd += [str(pt_dir), str(out_dir), "--workers", "2"]
+    if codec == "jpeg":
+        cmd += ["--codec", "jpeg", "--quality", "90"]
     for split in splits:
         cmd += ["--split", split]
     print("$", " ".join(cmd[1:]), flush=True)
@@ -235,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         help="augment A and B independently (breaks the pairing)",
     )
     p.add_argument("--compare", action="store_true", help="run paired, then independent")
+    p.add_argument(
+        "--codec",
+        choices=["raw", "jpeg"],
+        default="raw",
+        help="store A and B exactly (raw) or as JPEG quality 90 (lossy, smaller)",
+    )
     args = p.parse_args(argv)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
 
@@ -244,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     pt = build_pairs(args.out / "pt", {"train": args.train, "val": args.val})
     print(f"2/4 converting {pt} to .beton", flush=True)
-    convert(pt, args.out / "beton", ["train", "val"])
+    convert(pt, args.out / "beton", ["train", "val"], args.codec)
     rate, mbs = loader_speed(args.out / "beton" / "train.beton")
     speed = f"loader alone (hflip + padded crop + jitter): {rate:,.0f} pairs/s, {mbs:,.0f} MB/s"
     print(f"    {speed}", flush=True)

@@ -13,6 +13,7 @@ from .format.integrity import load_manifest
 from .format.reader import PairReader
 from .format.schema import PairSchema
 from .format.sidecar import manifest_path
+from .write.compare import stored_image
 from .write.shuffle import Permutation
 
 __all__ = ["NONFINITE_RGB", "Preview", "label_histogram", "preview_png", "summary"]
@@ -66,6 +67,10 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
         if name in PairSchema.IMAGE_FIELDS:
             spec = reader.schema.spec(name)
             detail = f"{spec.dtype} {list(spec.shape)} ({spec.nbytes} bytes)"
+            sizes = reader.stored_bytes(name)
+            if spec.jpeg is not None and isinstance(sizes, np.ndarray):
+                mean = float(sizes.mean())
+                detail += f" as {spec.jpeg.describe()}: {mean:,.0f} bytes on average"
         else:
             detail = "int64 scalar (in the metadata table)"
         lines.append(f"  {name:<8} {type(handler).__name__:<14} {detail}")
@@ -137,15 +142,13 @@ def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: i
         raise ValueError(f"preview_png: k must be at least 1 (pairs to draw), got {k}")
     n = reader.num_samples
     ids = np.sort(np.random.default_rng(seed).choice(n, size=min(k, n), replace=False))
-    mm = np.memmap(reader.path, dtype=np.uint8, mode="r")
     rows = []
     nonfinite = 0
     for sid in ids.tolist():
         pair = []
         for name in PairSchema.IMAGE_FIELDS:
             spec = reader.schema.spec(name)
-            ptr = int(reader.image_pointers(name)[sid])
-            img = mm[ptr : ptr + spec.nbytes].view(spec.np_dtype).reshape(spec.shape)
+            img = stored_image(reader, name, sid)
             try:
                 channels = image_axes(spec).channels
             except ValueError:

@@ -1,19 +1,22 @@
 """Where every byte of a `.beton` written by this project lives.
 
 The format is FFCV 1.0.2's, so plain ``ffcv.loader.Loader`` reads these files.
-Because A and B have a fixed size, the layout is a pure function of
-``(schema, num_samples, page_size)``: sample ``i`` sits on data page
-``i // samples_per_page`` at slot ``i % samples_per_page``, A first, then B. A
-sample never straddles a page (as upstream's allocator guarantees), and the
-allocation table is written sorted by pointer. Workers can therefore write any
-page at its final offset, in any order, with no shared allocator.
-
 File order: header, field descriptors, metadata table (one row per sample),
-zero padding to a page boundary, the data pages, the allocation table.
+zero padding to a page boundary, the data pages, the allocation table (sorted by
+pointer). A sample never straddles a page, as upstream's allocator guarantees.
+
+* :class:`BetonLayout`: A and B of a fixed size, so the layout is a pure function
+  of ``(schema, num_samples, page_size)``: sample ``i`` sits on data page
+  ``i // samples_per_page`` at slot ``i % samples_per_page``, A first, then B.
+  Workers can therefore write any page at its final offset, in any order.
+* :class:`PackedLayout`: JPEG images vary in size, so samples are packed into pages
+  in order, A then B, as they come (``ffcv_pairs.write.packing``); the layout is
+  known once every page is, from each image's pointer and size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +32,15 @@ from ffcv.types import (
 
 from .schema import NOTE_OFFSET, PairSchema
 
-__all__ = ["MAX_PAGE_SIZE", "MIN_PAGE_SIZE", "BetonLayout", "field_descriptors", "parse_size"]
+__all__ = [
+    "MAX_PAGE_SIZE",
+    "MIN_PAGE_SIZE",
+    "BetonLayout",
+    "PackedLayout",
+    "check_page_size",
+    "field_descriptors",
+    "parse_size",
+]
 
 #: Smallest page size accepted (one OS page); upstream's writer insists on 2 MiB.
 MIN_PAGE_SIZE = 1 << 12
@@ -97,28 +108,22 @@ def field_descriptors(
     return table
 
 
+def check_page_size(page_size: int) -> None:
+    """Raises ValueError unless ``page_size`` is a power of two in the accepted range."""
+    ps = page_size
+    if ps < MIN_PAGE_SIZE or ps > MAX_PAGE_SIZE or ps & (ps - 1):
+        raise ValueError(
+            f"page_size must be a power of two in [{MIN_PAGE_SIZE}, {MAX_PAGE_SIZE}], got {ps}"
+        )
+
+
 @dataclass(frozen=True)
-class BetonLayout:
-    """Offsets of every region of a `.beton` holding ``num_samples`` pairs."""
+class _Tables:
+    """The regions every layout shares: header, field table, metadata table."""
 
     schema: PairSchema
     num_samples: int
     page_size: int
-
-    def __post_init__(self) -> None:
-        ps = self.page_size
-        if ps < MIN_PAGE_SIZE or ps > MAX_PAGE_SIZE or ps & (ps - 1):
-            raise ValueError(
-                f"page_size must be a power of two in [{MIN_PAGE_SIZE}, {MAX_PAGE_SIZE}], got {ps}"
-            )
-        if self.schema.sample_bytes > ps:
-            need = 1 << (self.schema.sample_bytes - 1).bit_length()
-            raise ValueError(
-                f"one sample ({self.schema.sample_bytes} bytes of A and B) does not fit a "
-                f"page of {ps} bytes; use --page-size {need} or larger"
-            )
-        if self.num_samples < 1:
-            raise ValueError(f"num_samples must be at least 1, got {self.num_samples}")
 
     @property
     def fields(self) -> dict[str, Field]:
@@ -142,12 +147,8 @@ class BetonLayout:
         return -(-end // self.page_size) * self.page_size
 
     @property
-    def samples_per_page(self) -> int:
-        return self.page_size // self.schema.sample_bytes
-
-    @property
     def num_pages(self) -> int:
-        return -(-self.num_samples // self.samples_per_page)
+        raise NotImplementedError
 
     @property
     def alloc_table_ptr(self) -> int:
@@ -156,6 +157,56 @@ class BetonLayout:
     @property
     def file_size(self) -> int:
         return self.alloc_table_ptr + 2 * self.num_samples * ALLOC_TABLE_TYPE.itemsize
+
+    def header(self) -> np.ndarray:
+        header = np.zeros(1, dtype=HeaderType)
+        header["version"] = CURRENT_VERSION
+        header["num_fields"] = len(self.fields)
+        header["page_size"] = self.page_size
+        header["num_samples"] = self.num_samples
+        header["alloc_table_ptr"] = self.alloc_table_ptr
+        return header
+
+    def _rows(self, labels: np.ndarray, ptr_a: np.ndarray, ptr_b: np.ndarray) -> np.ndarray:
+        """Metadata rows of samples whose images start at ``ptr_a`` and ``ptr_b``."""
+        rows = np.zeros(len(labels), dtype=self.metadata_type)
+        for name, spec, ptr in zip(("f0", "f1"), (self.schema.a, self.schema.b), (ptr_a, ptr_b)):
+            if spec.jpeg is None:
+                rows[name] = ptr
+                continue
+            height, width = spec.height_width
+            column = rows[name]
+            column["mode"] = 0  # upstream's IMAGE_MODES["jpg"]
+            column["width"], column["height"], column["data_ptr"] = width, height, ptr
+        rows["f2"] = labels
+        return rows
+
+
+@dataclass(frozen=True)
+class BetonLayout(_Tables):
+    """Offsets of every region of a `.beton` holding ``num_samples`` pairs of fixed size."""
+
+    def __post_init__(self) -> None:
+        check_page_size(self.page_size)
+        if self.schema.compressed:
+            raise ValueError("a JPEG field varies in size: its samples are packed (PackedLayout)")
+        ps = self.page_size
+        if self.schema.sample_bytes > ps:
+            need = 1 << (self.schema.sample_bytes - 1).bit_length()
+            raise ValueError(
+                f"one sample ({self.schema.sample_bytes} bytes of A and B) does not fit a "
+                f"page of {ps} bytes; use --page-size {need} or larger"
+            )
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be at least 1, got {self.num_samples}")
+
+    @property
+    def samples_per_page(self) -> int:
+        return self.page_size // self.schema.sample_bytes
+
+    @property
+    def num_pages(self) -> int:
+        return -(-self.num_samples // self.samples_per_page)
 
     def page_samples(self, page: int) -> tuple[int, int]:
         """Sample range ``[start, stop)`` stored on data page ``page``."""
@@ -172,24 +223,10 @@ class BetonLayout:
             + (ids % spp) * np.uint64(self.schema.sample_bytes)
         )
 
-    def header(self) -> np.ndarray:
-        header = np.zeros(1, dtype=HeaderType)
-        header["version"] = CURRENT_VERSION
-        header["num_fields"] = len(self.fields)
-        header["page_size"] = self.page_size
-        header["num_samples"] = self.num_samples
-        header["alloc_table_ptr"] = self.alloc_table_ptr
-        return header
-
     def metadata_rows(self, start: int, labels: np.ndarray) -> np.ndarray:
         """Metadata rows for samples ``start .. start+len(labels)``."""
-        ids = np.arange(start, start + len(labels), dtype=np.uint64)
-        rows = np.zeros(len(labels), dtype=self.metadata_type)
-        ptr = self.ptr_a(ids)
-        rows["f0"] = ptr
-        rows["f1"] = ptr + np.uint64(self.schema.a.nbytes)
-        rows["f2"] = labels
-        return rows
+        ptr = self.ptr_a(np.arange(start, start + len(labels), dtype=np.uint64))
+        return self._rows(labels, ptr, ptr + np.uint64(self.schema.a.nbytes))
 
     def alloc_rows(self, start: int, stop: int) -> np.ndarray:
         """Allocation-table rows of samples ``start:stop``, A then B, sorted by pointer."""
@@ -201,4 +238,50 @@ class BetonLayout:
         rows["ptr"][:, 1] = ptr + np.uint64(self.schema.a.nbytes)
         rows["size"][:, 0] = self.schema.a.nbytes
         rows["size"][:, 1] = self.schema.b.nbytes
+        return rows.reshape(-1)
+
+
+def _no_rows() -> np.ndarray:
+    return np.zeros((0, 2), dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class PackedLayout(_Tables):
+    """A `.beton` whose samples were packed into ``num_pages`` pages in order.
+
+    Attributes:
+        ptrs, sizes: ``(num_samples, 2)`` uint64: where A and B of each sample start, and
+            their sizes in bytes (rows of samples not yet packed are 0).
+    """
+
+    ptrs: np.ndarray = dataclasses.field(repr=False, default_factory=_no_rows)
+    sizes: np.ndarray = dataclasses.field(repr=False, default_factory=_no_rows)
+    pages: int = 0
+
+    def __post_init__(self) -> None:
+        check_page_size(self.page_size)
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be at least 1, got {self.num_samples}")
+
+    @classmethod
+    def empty(cls, schema: PairSchema, num_samples: int, page_size: int) -> PackedLayout:
+        """Before any page is packed."""
+        zeros = np.zeros((num_samples, 2), dtype=np.uint64)
+        return cls(schema, num_samples, page_size, zeros, zeros.copy(), 0)
+
+    @property
+    def num_pages(self) -> int:
+        return self.pages
+
+    def metadata_rows(self, start: int, labels: np.ndarray) -> np.ndarray:
+        """Metadata rows for samples ``start .. start+len(labels)``."""
+        ptrs = self.ptrs[start : start + len(labels)]
+        return self._rows(labels, ptrs[:, 0], ptrs[:, 1])
+
+    def alloc_rows(self, start: int, stop: int) -> np.ndarray:
+        """Allocation-table rows of samples ``start:stop``, A then B, sorted by pointer."""
+        rows = np.zeros((stop - start, 2), dtype=ALLOC_TABLE_TYPE)
+        rows["sample_id"] = np.arange(start, stop, dtype=np.uint64)[:, None]
+        rows["ptr"] = self.ptrs[start:stop]
+        rows["size"] = self.sizes[start:stop]
         return rows.reshape(-1)

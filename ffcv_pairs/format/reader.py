@@ -61,6 +61,7 @@ class PairReader(Reader):
     """
 
     def __init__(self, path: str | os.PathLike[str]):
+        self._sizes: np.ndarray | None = None
         self.path = require_file(path)
         self.file_size = self.path.stat().st_size
         super().__init__(str(self.path))
@@ -165,19 +166,92 @@ class PairReader(Reader):
 
     def image_pointers(self, name: str) -> np.ndarray:
         """The data pointer of image field ``name`` for every sample (a memmap view)."""
-        return self.metadata[f"f{self.field_index(name)}"]
+        column = self.metadata[f"f{self.field_index(name)}"]
+        return column["data_ptr"] if column.dtype.names else column
+
+    def stored_bytes(self, name: str) -> int | np.ndarray:
+        """The bytes image field ``name`` takes in the file: one size, or (JPEG) each
+        sample's."""
+        spec = self.schema.spec(name)
+        if spec.jpeg is None:
+            return spec.nbytes
+        return self.image_sizes()[:, PairSchema.IMAGE_FIELDS.index(name)]
+
+    def image_sizes(self) -> np.ndarray:
+        """``(num_samples, 2)`` uint64: the stored bytes of A and B of every sample, from the
+        allocation table (one numpy pass; JPEG fields vary, raw ones are their size)."""
+        if self._sizes is None:
+            n = self.num_samples
+            table = self.alloc_table
+            ids = table["sample_id"]
+            pairs = table.reshape(-1, 2) if len(table) == 2 * n else None
+            if pairs is not None and self._in_writer_order(pairs):
+                self._sizes = pairs["size"]  # a view of the mapping: no copy
+                return self._sizes
+            sizes = np.zeros((n, 2), dtype=np.uint64)
+            if len(table) != 2 * n or int(ids.max()) >= n:
+                raise self._fail(
+                    f"corrupt allocation table: {len(table)} rows for {n} samples of 2 images"
+                )
+            is_a = table["ptr"] == self.image_pointers(PairSchema.IMAGE_FIELDS[0])[ids]
+            sizes[ids[is_a], 0] = table["size"][is_a]
+            sizes[ids[~is_a], 1] = table["size"][~is_a]
+            if int(np.count_nonzero(is_a)) != n:
+                raise self._fail("corrupt allocation table: not one row for each A")
+            self._sizes = sizes
+        return self._sizes
 
     def _check_pointers(self) -> None:
         """Every image must lie inside the data region: JIT kernels do not bounds-check."""
         data_start = self.metadata_end
         data_end = int(self.header["alloc_table_ptr"])
-        for name in PairSchema.IMAGE_FIELDS:
+        for t, name in enumerate(PairSchema.IMAGE_FIELDS):
             ptrs = self.image_pointers(name)
-            lo, hi = int(ptrs.min()), int(ptrs.max())
-            size = self.schema.spec(name).nbytes
-            if lo < data_start or hi + size > data_end:
-                bad = int(np.argmax((ptrs < data_start) | (ptrs + np.uint64(size) > data_end)))
+            spec = self.schema.spec(name)
+            size: np.ndarray | np.uint64
+            if spec.jpeg is not None:
+                self._check_jpeg_rows(name)
+                size = self.image_sizes()[:, t]
+                # A JPEG is read whole from one page (the process cache holds pages).
+                last = ptrs + np.maximum(size, 1) - np.uint64(1)
+                split = (ptrs >> self.page_shift) != (last >> self.page_shift)
+                if split.any():
+                    bad = int(np.argmax(split))
+                    raise self._fail(
+                        f"corrupt metadata: sample {bad} field {name!r} ({int(size[bad])} "
+                        f"bytes at byte {int(ptrs[bad])}) straddles a page"
+                    )
+            else:
+                size = np.uint64(spec.nbytes)
+            lo, hi = int(ptrs.min()), int((ptrs + size).max())
+            if lo < data_start or hi > data_end:
+                bad = int(np.argmax((ptrs < data_start) | (ptrs + size > data_end)))
                 raise self._fail(
                     f"corrupt metadata: sample {bad} field {name!r} points at byte "
                     f"{int(ptrs[bad])}, outside the data region [{data_start}, {data_end})"
                 )
+
+    def _in_writer_order(self, pairs: np.ndarray) -> bool:
+        """Whether the allocation table's rows are A and B of sample 0, 1, ... (as this
+        project's writer puts them)."""
+        ids = np.arange(len(pairs), dtype=np.uint64)
+        a, b = (self.image_pointers(name) for name in PairSchema.IMAGE_FIELDS)
+        return bool(
+            (pairs["sample_id"][:, 0] == ids).all()
+            and (pairs["sample_id"][:, 1] == ids).all()
+            and (pairs["ptr"][:, 0] == a).all()
+            and (pairs["ptr"][:, 1] == b).all()
+        )
+
+    def _check_jpeg_rows(self, name: str) -> None:
+        """Every row of a JPEG field: JPEG mode, at the noted size."""
+        column = self.metadata[f"f{self.field_index(name)}"]
+        height, width = self.schema.spec(name).height_width
+        bad = (column["mode"] != 0) | (column["width"] != width) | (column["height"] != height)
+        if bad.any():
+            i = int(np.argmax(bad))
+            row = column[i]
+            raise self._fail(
+                f"corrupt metadata: sample {i} field {name!r} is mode {int(row['mode'])} of "
+                f"{int(row['width'])}x{int(row['height'])}, expected a {width}x{height} JPEG"
+            )

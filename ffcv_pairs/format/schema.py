@@ -6,11 +6,15 @@ A `.beton` written by this project holds three fields, in this order:
 project spells these names out; it asks the schema.
 
 An image field may be *quantized*: floats of a declared range stored as uint8
-(:class:`Quantization`). The file itself says so, in a note at byte
+(:class:`Quantization`). It may be *JPEG*-compressed (:class:`Jpeg`): then it is
+upstream's ``RGBImageField`` in JPEG mode, one JPEG per image of variable size, so
+plain FFCV decodes it too (as RGB). The file says so in a note at byte
 :data:`NOTE_OFFSET` of the field's 1024-byte argument block, after what upstream's
-``NDArrayField`` keeps there (its shape, and its dtype as JSON: under 300 bytes).
-Upstream ignores the note, so plain FFCV still reads the stored uint8 values; this
-project reads them back in the original range (see ``LoaderConfig.dequantize``).
+``NDArrayField`` keeps there (its shape, and its dtype as JSON: under 300 bytes;
+``RGBImageField`` keeps nothing). Upstream ignores the note; this project reads
+quantized values back in the original range (see ``LoaderConfig.dequantize``) and a
+JPEG back in the image's own shape (the note keeps it: ``(C, H, W)``, ``(H, W, C)`` or
+``(H, W)``, 1 or 3 channels).
 """
 
 from __future__ import annotations
@@ -19,14 +23,23 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
 if TYPE_CHECKING:
     from ffcv.fields.base import Field
 
-__all__ = ["NOTE_OFFSET", "SUPPORTED_DTYPES", "ArraySpec", "PairSchema", "Quantization"]
+__all__ = [
+    "NOTE_OFFSET",
+    "SUPPORTED_DTYPES",
+    "ArraySpec",
+    "Jpeg",
+    "JpegLayout",
+    "PairSchema",
+    "Quantization",
+    "jpeg_layout",
+]
 
 #: Image dtypes that are stored and loaded bit-exactly.
 SUPPORTED_DTYPES: tuple[str, ...] = ("uint8", "float16", "float32")
@@ -34,6 +47,50 @@ SUPPORTED_DTYPES: tuple[str, ...] = ("uint8", "float16", "float32")
 NOTE_OFFSET = 768
 _NOTE_MAGIC = b"ffcv-pairs-note/1 "
 _NOTE_ROOM = 1024 - NOTE_OFFSET
+
+JpegLayout = Literal["chw", "hwc", "hw"]
+
+
+def jpeg_layout(shape: tuple[int, ...]) -> JpegLayout:
+    """How an image of ``shape`` maps to a JPEG's rows, columns and channels.
+
+    The channel axis is found as ``augment.axes.image_axes`` finds it ("auto": the first
+    or last axis, strictly smaller than the other two), so writer and loader read one
+    shape alike.
+
+    Raises:
+        ValueError: for anything but ``(C, H, W)``, ``(H, W, C)`` with C = 1 or 3, or
+            ``(H, W)``; the message gives the shape.
+    """
+    if len(shape) == 2:
+        return "hw"
+    if len(shape) == 3 and shape[0] in (1, 3) and shape[0] < min(shape[1:]):
+        return "chw"
+    if len(shape) == 3 and shape[2] in (1, 3) and shape[2] < min(shape[:2]):
+        return "hwc"
+    raise ValueError(
+        f"JPEG stores images of shape (C, H, W), (H, W, C) or (H, W) with C = 1 or 3, "
+        f"got {list(shape)}"
+    )
+
+
+@dataclass(frozen=True)
+class Jpeg:
+    """Each image stored as a JPEG of ``quality`` (1-100; lossy, see the writer's docs)."""
+
+    quality: int
+
+    def __post_init__(self) -> None:
+        q = self.quality
+        if isinstance(q, bool) or not isinstance(q, int | np.integer) or not 1 <= q <= 100:
+            raise ValueError(f"JPEG quality must be an integer from 1 to 100, got {q!r}")
+        object.__setattr__(self, "quality", int(q))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"codec": "jpeg", "quality": self.quality}
+
+    def describe(self) -> str:
+        return f"JPEG quality {self.quality}"
 
 
 @dataclass(frozen=True)
@@ -95,11 +152,14 @@ class ArraySpec:
         shape: The fixed array shape of every sample, e.g. ``(3, 64, 64)``.
         dtype: One of :data:`SUPPORTED_DTYPES` (the stored dtype).
         quantized: For uint8 that stands for floats, their :class:`Quantization`.
+        jpeg: For a uint8 image stored compressed, its :class:`Jpeg` (``shape`` is then
+            the decoded shape; see :func:`jpeg_layout`).
     """
 
     shape: tuple[int, ...]
     dtype: str
     quantized: Quantization | None = None
+    jpeg: Jpeg | None = None
 
     def __post_init__(self) -> None:
         if not self.shape or any(int(d) <= 0 for d in self.shape):
@@ -111,6 +171,29 @@ class ArraySpec:
             )
         if self.quantized is not None and self.dtype != "uint8":
             raise ValueError(f"a quantized field is stored as uint8, got {self.dtype!r}")
+        if self.jpeg is not None:
+            if self.dtype != "uint8":
+                raise ValueError(
+                    f"JPEG stores uint8 images, got {self.dtype}{list(self.shape)} (quantize "
+                    f"floats to uint8 first: --quantize uint8 --range LO,HI)"
+                )
+            jpeg_layout(self.shape)
+
+    @property
+    def layout(self) -> JpegLayout:
+        """Where a JPEG field's channels are (see :func:`jpeg_layout`)."""
+        return jpeg_layout(self.shape)
+
+    @property
+    def height_width(self) -> tuple[int, int]:
+        """A JPEG field's rows and columns."""
+        shape, layout = self.shape, self.layout
+        return (shape[1], shape[2]) if layout == "chw" else (shape[0], shape[1])
+
+    @property
+    def channels(self) -> int:
+        """A JPEG field's channels (1 or 3)."""
+        return {"chw": self.shape[0], "hwc": self.shape[-1], "hw": 1}[self.layout]
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -122,6 +205,8 @@ class ArraySpec:
 
     def describe(self, quantization: bool = True) -> str:
         text = f"{self.dtype}{list(self.shape)}"
+        if self.jpeg is not None:
+            text = f"{text} as {self.jpeg.describe()}"
         if self.quantized is None or not quantization:
             return text
         return f"{text} {self.quantized.describe()}"
@@ -130,34 +215,47 @@ class ArraySpec:
         out: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype}
         if self.quantized is not None:
             out["quantize"] = self.quantized.to_json()
+        if self.jpeg is not None:
+            out["compress"] = self.jpeg.to_json()
         return out
 
     def note(self) -> bytes:
         """What the `.beton`'s argument block notes of this field (empty: nothing)."""
-        if self.quantized is None:
+        parts: dict[str, Any] = {}
+        if self.quantized is not None:
+            parts["quantize"] = {"range": [self.quantized.lo, self.quantized.hi]}
+        if self.jpeg is not None:
+            parts["jpeg"] = {"quality": self.jpeg.quality, "shape": list(self.shape)}
+        if not parts:
             return b""
-        q = self.quantized
-        text = _NOTE_MAGIC + json.dumps({"quantize": {"range": [q.lo, q.hi]}}).encode()
+        text = _NOTE_MAGIC + json.dumps(parts).encode()
         assert len(text) < _NOTE_ROOM, text
         return text
 
     @staticmethod
-    def parse_note(arguments: bytes) -> Quantization | None:
-        """The :class:`Quantization` a field's argument block notes, or None.
+    def parse_note(arguments: bytes) -> dict[str, Any]:
+        """What a field's argument block notes: ``{"quantize": Quantization, "jpeg": (Jpeg,
+        shape)}``, each only when noted.
 
         Raises:
             ValueError: a note this version cannot read (quoted).
         """
         room = bytes(arguments[NOTE_OFFSET:]).rstrip(b"\0")
         if not room:
-            return None
+            return {}
         if not room.startswith(_NOTE_MAGIC):
             raise ValueError(f"unknown note in the field's arguments: {room[:40]!r}")
         try:
-            lo, hi = json.loads(room[len(_NOTE_MAGIC) :])["quantize"]["range"]
-            return Quantization(lo, hi)
+            raw = json.loads(room[len(_NOTE_MAGIC) :])
+            parsed: dict[str, Any] = {}
+            if "quantize" in raw:
+                parsed["quantize"] = Quantization(*raw["quantize"]["range"])
+            if "jpeg" in raw:
+                shape = tuple(int(d) for d in raw["jpeg"]["shape"])
+                parsed["jpeg"] = (Jpeg(raw["jpeg"]["quality"]), shape)
+            return parsed
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"unreadable quantize note ({e}): {room[:80]!r}") from None
+            raise ValueError(f"unreadable note ({e}): {room[:80]!r}") from None
 
 
 @dataclass(frozen=True)
@@ -190,19 +288,25 @@ class PairSchema:
 
     @property
     def sample_bytes(self) -> int:
-        """Bytes of image data per sample (A and B together)."""
+        """Bytes of image data per sample (A and B together), decoded."""
         return self.a.nbytes + self.b.nbytes
+
+    @property
+    def compressed(self) -> bool:
+        """Whether A or B is stored as JPEG (so samples vary in size)."""
+        return self.a.jpeg is not None or self.b.jpeg is not None
 
     def ffcv_fields(self) -> dict[str, Field]:
         """The FFCV ``Field`` objects to write, in file order."""
-        from ffcv.fields import IntField, NDArrayField
+        from ffcv.fields import IntField, NDArrayField, RGBImageField
+
+        def field(spec: ArraySpec) -> Field:
+            if spec.jpeg is not None:
+                return RGBImageField(write_mode="jpg", jpeg_quality=spec.jpeg.quality)
+            return NDArrayField(spec.np_dtype, spec.shape)
 
         a_name, b_name = self.IMAGE_FIELDS
-        return {
-            a_name: NDArrayField(self.a.np_dtype, self.a.shape),
-            b_name: NDArrayField(self.b.np_dtype, self.b.shape),
-            self.LABEL_FIELD: IntField(),
-        }
+        return {a_name: field(self.a), b_name: field(self.b), self.LABEL_FIELD: IntField()}
 
     def notes(self) -> dict[str, bytes]:
         """Each image field's note for its argument block (see :meth:`ArraySpec.note`)."""
@@ -227,7 +331,7 @@ class PairSchema:
         Raises:
             ValueError: naming ``path`` when a field is missing or of the wrong kind.
         """
-        from ffcv.fields import IntField, NDArrayField
+        from ffcv.fields import IntField, NDArrayField, RGBImageField
 
         names = list(handlers)
         missing = [n for n in cls.field_names() if n not in handlers]
@@ -239,15 +343,27 @@ class PairSchema:
         specs = []
         for name in cls.IMAGE_FIELDS:
             h = handlers[name]
-            if not isinstance(h, NDArrayField):
+            if not isinstance(h, NDArrayField | RGBImageField):
                 raise ValueError(
-                    f"{path}: field {name!r} is a {type(h).__name__}, expected NDArrayField"
+                    f"{path}: field {name!r} is a {type(h).__name__}, expected NDArrayField "
+                    f"or RGBImageField"
                 )
-            dtype = np.dtype(h.dtype).name
             try:
                 note = arguments.get(name, b"") if arguments is not None else b""
-                quantized = ArraySpec.parse_note(note)
-                specs.append(ArraySpec(tuple(int(d) for d in h.shape), dtype, quantized))
+                noted = ArraySpec.parse_note(note)
+                quantized = noted.get("quantize")
+                if isinstance(h, NDArrayField) and "jpeg" not in noted:
+                    shape = tuple(int(d) for d in h.shape)
+                    specs.append(ArraySpec(shape, np.dtype(h.dtype).name, quantized))
+                elif isinstance(h, RGBImageField) and "jpeg" in noted:
+                    jpeg, shape = noted["jpeg"]
+                    specs.append(ArraySpec(shape, "uint8", quantized, jpeg))
+                else:
+                    kind = type(h).__name__
+                    raise ValueError(
+                        f"a {kind} {'with' if 'jpeg' in noted else 'without'} this project's "
+                        f"JPEG note: not written by writers/write_beton.py"
+                    )
             except ValueError as e:
                 raise ValueError(f"{path}: field {name!r}: {e}") from None
         if not isinstance(handlers[cls.LABEL_FIELD], IntField):

@@ -34,7 +34,25 @@ import numba as nb
 import numpy as np
 from numba import types
 
-__all__ = ["CHW", "HWC", "SCALES", "decode_image", "decode_rgb", "extension_path", "scaled_size"]
+from .decode import BatchRefs as _Refs
+
+__all__ = [
+    "CHW",
+    "FORM_BYTES",
+    "FORM_CHANNELS",
+    "FORM_CHANNELS_FIRST",
+    "FORM_HEIGHT",
+    "FORM_JPEG",
+    "FORM_WIDTH",
+    "HWC",
+    "SCALES",
+    "decode_image",
+    "decode_rgb",
+    "extension_path",
+    "scaled_size",
+    "unpack_pairs",
+    "unpack_pairs_serial",
+]
 
 #: Where an image's channels are, as :func:`decode_image` takes it: last (also for a 2-d
 #: image, one channel) or first.
@@ -156,4 +174,62 @@ def decode_image(src, start, size, out, channels_first, channels, scratch):  # p
     else:
         for p in range(plane):
             flat[p] = rgb[p * 3]
+    return status
+
+
+#: Columns of a field's row in :func:`unpack_pairs`'s ``forms``.
+FORM_JPEG, FORM_CHANNELS_FIRST, FORM_CHANNELS, FORM_BYTES, FORM_HEIGHT, FORM_WIDTH = range(6)
+
+
+@nb.njit(cache=True, nogil=True)
+def _unpack_sample(i, batch, mm, sizes, out, forms):  # pragma: no cover - JIT
+    """Sample ``i`` of :func:`unpack_pairs`: 0, or 1 + the field whose JPEG is corrupt."""
+    row, offset = batch.rows[i], 0
+    for t in range(2):
+        start = batch.ptr_a[row] if t == 0 else batch.ptr_b[row]
+        nbytes = forms[t, FORM_BYTES]
+        dst = out[i, offset : offset + nbytes]
+        if forms[t, FORM_JPEG] == 0:
+            dst[:] = mm[start : start + nbytes]
+        else:
+            first, channels = forms[t, FORM_CHANNELS_FIRST], forms[t, FORM_CHANNELS]
+            h, w = forms[t, FORM_HEIGHT], forms[t, FORM_WIDTH]
+            shape = (channels, h, w) if first == CHW else (h, w, channels)
+            image = dst.reshape(shape)
+            scratch = np.empty(0 if channels == 3 and first == HWC else h * w * 3, np.uint8)
+            size = sizes[batch.ids[i], t]
+            if decode_image(mm, start, size, image, first, channels, scratch) != 0:
+                return t + 1
+        offset += nbytes
+    return 0
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def unpack_pairs(batch, mm, sizes, out, forms):  # pragma: no cover - JIT
+    """A and B of every sample of ``batch`` (a ``kernels.decode.BatchRefs``), decoded where
+    a field is JPEG and copied where it is raw, into row ``i`` of ``out``: A's bytes, then B's.
+
+    Args:
+        mm: The file's bytes (the mapping, or the process cache's slots).
+        sizes: ``(num_samples, 2)``: the stored bytes of A and B, by sample id.
+        out: uint8 ``(batch, bytes of A + bytes of B)``.
+        forms: int64 ``(2, 6)``, a row per field (columns ``FORM_*``): JPEG or not,
+            :data:`CHW` or :data:`HWC`, channels, bytes decoded, height, width.
+
+    Returns:
+        int64 ``(batch,)``: 0, or 1 + the field whose JPEG is corrupt or truncated.
+    """
+    status = np.zeros(len(batch.ids), dtype=np.int64)
+    ids, rows, ptr_a, ptr_b = batch.ids, batch.rows, batch.ptr_a, batch.ptr_b
+    for i in nb.prange(len(ids)):
+        status[i] = _unpack_sample(i, _Refs(ids, rows, ptr_a, ptr_b), mm, sizes, out, forms)
+    return status
+
+
+@nb.njit(cache=True, nogil=True)
+def unpack_pairs_serial(batch, mm, sizes, out, forms):  # pragma: no cover - JIT
+    """:func:`unpack_pairs` on one thread."""
+    status = np.zeros(len(batch.ids), dtype=np.int64)
+    for i in range(len(batch.ids)):
+        status[i] = _unpack_sample(i, batch, mm, sizes, out, forms)
     return status

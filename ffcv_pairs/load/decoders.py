@@ -28,6 +28,7 @@ from ffcv.pipeline.state import State
 
 from ..augment.config import ImageAxes, PairAugment
 from ..augment.placement import OpPlacement
+from ..format.reader import BetonError, PairReader
 from ..format.schema import ArraySpec, PairSchema
 from ..kernels.decode import (
     BatchRefs,
@@ -38,9 +39,21 @@ from ..kernels.decode import (
 )
 from ..kernels.fused import fused_pairs, fused_pairs_serial
 from ..kernels.geometry import GeometryConfig
+from ..kernels.jpeg import (
+    CHW,
+    FORM_BYTES,
+    FORM_CHANNELS,
+    FORM_CHANNELS_FIRST,
+    FORM_HEIGHT,
+    FORM_JPEG,
+    FORM_WIDTH,
+    HWC,
+    unpack_pairs,
+    unpack_pairs_serial,
+)
 from .fusing import fused_config, output_array
 
-__all__ = ["LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
+__all__ = ["JpegPairDecoder", "LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
 
 
 def planes_view(batch: np.ndarray, planes: int, height: int) -> np.ndarray:
@@ -125,17 +138,37 @@ class PairDecoder(Operation):
         return replace(previous_state, jit_mode=True, shape=a.out_shape, dtype=a.dtype), queries
 
     def generate_code(self) -> Callable:
+        source, run = self._source_code(), self._run_code()
+
+        def decode(indices, destination, metadata, storage_state):
+            out_a, out_b = destination
+            mm, batch = source(indices, metadata, storage_state)
+            run(batch, mm, out_a, out_b)
+            return out_a, out_b
+
+        return decode
+
+    def _source_code(self) -> Callable:
+        """``(indices, metadata, storage_state) -> (bytes, BatchRefs)``: where the batch's
+        images are (A's pointers arrive as the decoder's metadata)."""
+        ptr_b, shift = self.ptr_b, self.page_shift
+
+        def source(indices, metadata, storage_state):
+            return _batch_refs(indices, metadata, ptr_b, storage_state, shift)
+
+        return source
+
+    def _run_code(self) -> Callable:
+        """``(batch, mm, out_a, out_b)``: decode (and augment) the batch into the outputs."""
         if self.fused is not None:
             return self._fused_code()
         fa, fb = self.fields
         stored_a, stored_b = fa.stored, fb.stored
         fills = np.zeros((2, max(len(fa.fill), len(fb.fill))), dtype=np.uint8)
         fills[0, : len(fa.fill)], fills[1, : len(fb.fill)] = fa.fill, fb.fill
-        geo, clock, ptr_b, shift = self.geo, self.clock, self.ptr_b, self.page_shift
+        geo, clock = self.geo, self.clock
 
-        def decode(indices, destination, metadata, storage_state):
-            out_a, out_b = destination
-            mm, batch = _batch_refs(indices, metadata, ptr_b, storage_state, shift)
+        def run(batch, mm, out_a, out_b):
             # numba's thread count is per thread: this epoch thread's, set from its
             # loader's num_threads (upstream's Compiler.num_threads is process-wide).
             kernel = decode_pairs if nb.get_num_threads() > 1 else decode_pairs_serial
@@ -144,25 +177,92 @@ class PairDecoder(Operation):
                 planes_view(out_b, fb.out_planes, fb.out_height),
             )
             kernel(batch, mm, outs, stored_a, stored_b, fills, geo, clock)
-            return out_a, out_b
 
-        return decode
+        return run
 
     def _fused_code(self) -> Callable:
-        cfg, ptr_b, shift = self.fused, self.ptr_b, self.page_shift
+        cfg = self.fused
         assert cfg is not None
 
-        def decode(indices, destination, metadata, storage_state):
-            out_a, out_b = destination
-            mm, batch = _batch_refs(indices, metadata, ptr_b, storage_state, shift)
+        def run(batch, mm, out_a, out_b):
             outs = FieldPair(output_array(out_a), output_array(out_b))
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
             kernel = fused_pairs if threads > 1 else fused_pairs_serial
             kernel(batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops)
-            return out_a, out_b
 
-        return decode
+        return run
+
+
+class JpegPairDecoder(PairDecoder):
+    """:class:`PairDecoder` for a file with JPEG fields: each batch's images are first
+    decoded (a raw field copied) into a scratch buffer, in their stored layout, and the
+    same kernels then read them from there, so augmentation draws exactly as on raw data.
+
+    Args:
+        reader: The open file (its pointers, JPEG sizes and path).
+        augment, clock, placement, stats: As :class:`PairDecoder`.
+    """
+
+    def __init__(
+        self,
+        reader: PairReader,
+        augment: PairAugment | None,
+        clock: np.ndarray,
+        placement: OpPlacement | None = None,
+        stats: tuple[np.ndarray, dict[str, str | None]] | None = None,
+    ):
+        schema = reader.schema
+        a_name, b_name = schema.IMAGE_FIELDS
+        b_ptrs = reader.image_pointers(b_name)
+        super().__init__(schema, b_ptrs, augment, clock, reader.page_shift, placement, stats)
+        self.ptr_a, self.sizes, self.path = (
+            reader.image_pointers(a_name),
+            reader.image_sizes(),
+            reader.path,
+        )
+        self.forms = np.zeros((2, 6), dtype=np.int64)
+        for t, spec in enumerate((schema.a, schema.b)):
+            row = self.forms[t]
+            row[FORM_BYTES] = spec.nbytes
+            if spec.jpeg is not None:
+                row[FORM_JPEG], row[FORM_CHANNELS] = 1, spec.channels
+                row[FORM_CHANNELS_FIRST] = CHW if spec.layout == "chw" else HWC
+                row[FORM_HEIGHT], row[FORM_WIDTH] = spec.height_width
+
+    def _source_code(self) -> Callable:
+        ptr_a, ptr_b, shift, sizes, forms = (
+            self.ptr_a,
+            self.ptr_b,
+            self.page_shift,
+            self.sizes,
+            self.forms,
+        )
+        stride, a_bytes = int(forms[:, FORM_BYTES].sum()), np.uint64(forms[0, FORM_BYTES])
+        scratch = [np.empty(0, dtype=np.uint8)]  # grown to the largest batch, then reused
+        path = self.path
+
+        def source(indices, metadata, storage_state):
+            mm, batch = _batch_refs(indices, ptr_a, ptr_b, storage_state, shift)
+            n = len(indices)
+            if len(scratch[0]) < n * stride:
+                scratch[0] = np.empty(n * stride, dtype=np.uint8)
+            out = scratch[0][: n * stride].reshape(n, stride)
+            kernel = unpack_pairs if nb.get_num_threads() > 1 else unpack_pairs_serial
+            status = kernel(batch, mm, sizes, out, forms)
+            if status.any():
+                i = int(np.argmax(status != 0))
+                t, sample = int(status[i]) - 1, int(indices[i])
+                raise BetonError(
+                    f"{path}: sample {sample} field {PairSchema.IMAGE_FIELDS[t]!r}: corrupt or "
+                    f"truncated JPEG ({int(sizes[sample, t])} bytes); `ffcv-pairs verify` "
+                    f"checks the whole file"
+                )
+            starts = np.arange(n, dtype=np.uint64) * np.uint64(stride)
+            rows = np.arange(n, dtype=np.int64)
+            return out.reshape(-1), BatchRefs(indices, rows, starts, starts + a_bytes)
+
+        return source
 
 
 def _batch_refs(indices, ptr_a, ptr_b, storage_state, shift):

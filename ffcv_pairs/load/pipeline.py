@@ -233,7 +233,7 @@ class EpochThread(threading.Thread):
         columns = [reader.image_pointers(name) for name in fields]
         mapping = context.mmap
         if mode == "samples":  # each image's bytes, no fault readahead (see .prefetch)
-            nbytes = [reader.schema.spec(name).nbytes for name in fields]
+            nbytes = [reader.stored_bytes(name) for name in fields]
             self.prefetcher = SamplePrefetcher(
                 mapping.ctypes.data,
                 mapping.size,

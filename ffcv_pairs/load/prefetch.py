@@ -118,16 +118,21 @@ def prefetch_mode(order: str, file_size: int, ram: int | None = None) -> str:
 
 
 def sample_schedule(
-    order: np.ndarray, batch_size: int, pointers: Sequence[np.ndarray], nbytes: Sequence[int]
+    order: np.ndarray,
+    batch_size: int,
+    pointers: Sequence[np.ndarray],
+    nbytes: Sequence[int | np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every image an epoch reads, in order: ``(batch, start, length)`` int64 arrays
-    (``nbytes``: one image's bytes per field, like ``pointers``)."""
+    (``nbytes``: per field, like ``pointers``, one image's bytes, or every sample's)."""
     order = np.asarray(order, dtype=np.int64)
     fields = len(pointers)
     starts = np.empty((len(order), fields), dtype=np.int64)
+    lengths = np.empty((len(order), fields), dtype=np.int64)
     for f, column in enumerate(pointers):
         starts[:, f] = np.asarray(column)[order].astype(np.int64)
-    lengths = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), starts.shape)
+        size = nbytes[f]
+        lengths[:, f] = size[order] if isinstance(size, np.ndarray) else size
     batch = np.repeat(np.arange(len(order), dtype=np.int64) // batch_size, fields)
     return batch, starts.ravel(), np.ascontiguousarray(lengths).ravel()
 

@@ -14,7 +14,7 @@ from ..augment.ops import cpu_ops, device_ops
 from ..augment.placement import place_ops
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
-from .decoders import LabelDecoder, PairDecoder, TakeField
+from .decoders import JpegPairDecoder, LabelDecoder, PairDecoder, TakeField
 from .delivery.stage import Finisher
 
 __all__ = ["pair_specs"]
@@ -44,7 +44,11 @@ def pair_specs(
     schema = reader.schema
     b_ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
     placement = place_ops(augment, schema, on_cpu=on_cpu)
-    decoder = PairDecoder(schema, b_ptrs, augment, clock, reader.page_shift, placement, stats)
+    decoder: PairDecoder
+    if schema.compressed:
+        decoder = JpegPairDecoder(reader, augment, clock, placement, stats)
+    else:
+        decoder = PairDecoder(schema, b_ptrs, augment, clock, reader.page_shift, placement, stats)
     specs: dict[str, PipelineSpec] = {}
     finishers: list[list[Finisher]] = []
     for index, name in enumerate(PairSchema.IMAGE_FIELDS):

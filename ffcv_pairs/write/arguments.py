@@ -13,7 +13,7 @@ from typing import Any, Literal, cast
 
 from .._checks import integer, number, one_of, optional, sequence_of
 from ..format.layout import MAX_PAGE_SIZE, MIN_PAGE_SIZE
-from ..format.schema import Quantization
+from ..format.schema import Jpeg, PairSchema, Quantization
 
 __all__ = [
     "MAX_WORKERS",
@@ -21,6 +21,7 @@ __all__ = [
     "STORE_DTYPES",
     "WORKERS_PER_CPU",
     "StoreDtype",
+    "check_codec",
     "check_out_path",
     "check_page_size",
     "check_quantize",
@@ -96,6 +97,33 @@ def check_quantize(
         raise ValueError(
             f"{range_name} must be two finite numbers LO < HI, got {value_range!r}"
         ) from None
+
+
+def check_codec(name: str, value: Any, quality_name: str, quality: Any) -> dict[str, Jpeg]:
+    """The image fields to store as JPEG, with their :class:`Jpeg`: ``codec`` is None or
+    ``"raw"`` (none), ``"jpeg"`` (A and B), or per field: ``{A: "jpeg", B: "raw"}``
+    or ``"A=jpeg,B=raw"``; ``quality`` 1-100, default 90, only with a JPEG field."""
+    fields = PairSchema.IMAGE_FIELDS
+    if value is None or (isinstance(value, str) and "=" not in value):
+        kind = optional(one_of)(name, value, ["raw", "jpeg"])
+        chosen = dict.fromkeys(fields, kind or "raw")
+    else:
+        if isinstance(value, str):
+            try:
+                value = dict(part.split("=") for part in value.split(","))
+            except ValueError:
+                wanted = "raw, jpeg or A=jpeg,B=raw"
+                raise ValueError(f"{name} must be {wanted}, got {value!r}") from None
+        if not isinstance(value, dict) or not set(value) <= set(fields):
+            raise ValueError(
+                f"{name} per field must map {' and/or '.join(fields)} to raw or jpeg, got {value!r}"
+            )
+        chosen = {f: one_of(f"{name}[{f}]", value.get(f, "raw"), ["raw", "jpeg"]) for f in fields}
+    jpeg = [f for f in fields if chosen[f] == "jpeg"]
+    if quality is not None and not jpeg:
+        raise ValueError(f"{quality_name} applies to {name} jpeg; got {quality_name} alone")
+    q = 90 if quality is None else integer(quality_name, quality, 1, 100)
+    return {f: Jpeg(q) for f in jpeg}
 
 
 def parse_range(name: str, value: Any) -> tuple[float, float] | None:

@@ -1,25 +1,48 @@
 """Compare a written `.beton` with its sources, sample by sample, bit-exactly: a quantized
 field (see :class:`~ffcv_pairs.format.schema.Quantization`) with a fresh quantization of
-its source, whose codes are exactly those stored."""
+its source, whose codes are exactly those stored; a JPEG field's stored bytes with a fresh
+encode of its source (the encoder is deterministic)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..format.integrity import Mismatch
-from ..format.reader import PairReader
+from ..format.reader import BetonError, PairReader
 from ..format.schema import PairSchema
+from .encode import encode_jpeg
 from .shuffle import Permutation
 from .sources import PairSource, cast_to_store, quantize_floats, to_array, to_label
 
-__all__ = ["compare_with_source"]
+__all__ = ["compare_with_source", "stored_bytes", "stored_image"]
 
 
-def _stored(reader: PairReader, field: str, sid: int) -> np.ndarray:
-    spec = reader.schema.spec(field)
+def stored_bytes(reader: PairReader, field: str, sid: int) -> np.ndarray:
+    """The bytes image ``field`` of sample ``sid`` takes in the file (a JPEG, or raw)."""
     ptr = int(reader.image_pointers(field)[sid])
-    raw = np.fromfile(reader.path, dtype=np.uint8, count=spec.nbytes, offset=ptr)
-    return raw.view(spec.np_dtype).reshape(spec.shape)
+    size = reader.stored_bytes(field)
+    count = int(size[sid]) if isinstance(size, np.ndarray) else size
+    return np.fromfile(reader.path, dtype=np.uint8, count=count, offset=ptr)
+
+
+def stored_image(reader: PairReader, field: str, sid: int) -> np.ndarray:
+    """Image ``field`` of sample ``sid`` as the loader sees it before augmentation.
+
+    Raises:
+        BetonError: a JPEG that does not decode, naming the sample and field.
+    """
+    spec, data = reader.schema.spec(field), stored_bytes(reader, field, sid)
+    if spec.jpeg is None:
+        return data.view(spec.np_dtype).reshape(spec.shape)
+    from ..kernels.jpeg import CHW, HWC, decode_image
+
+    h, w = spec.height_width
+    first = spec.layout == "chw"
+    out = np.empty((spec.channels, h, w) if first else (h, w, spec.channels), dtype=np.uint8)
+    scratch = np.empty(h * w * 3, dtype=np.uint8)
+    if decode_image(data, 0, len(data), out, CHW if first else HWC, spec.channels, scratch):
+        raise BetonError(f"{reader.path}: sample {sid} field {field!r}: corrupt JPEG")
+    return out.reshape(spec.shape)
 
 
 def compare_with_source(
@@ -49,19 +72,20 @@ def compare_with_source(
         raw = source.read(i)
         at = f"sample {sid}" if shuffle_seed is None else f"sample {sid} (source index {i})"
         for value, field in zip(raw[:2], PairSchema.IMAGE_FIELDS):
-            where, quantized = source.where(i, field), reader.schema.spec(field).quantized
+            spec = reader.schema.spec(field)
+            where, quantized = source.where(i, field), spec.quantized
             arr = to_array(value, where)
             if quantized is not None:
                 want = quantize_floats(arr, quantized, where)
             else:
                 want = cast_to_store(arr, store_dtype, where)
-            got = _stored(reader, field, sid)
-            if (
-                want.shape != got.shape
-                or want.dtype != got.dtype
-                or (want.tobytes() != got.tobytes())
-            ):
+            if want.shape != spec.shape or want.dtype != spec.np_dtype:
                 return Mismatch(f"{at}: field {field!r} differs from {where}")
+            if spec.jpeg is not None:
+                want = encode_jpeg(want, spec.layout, spec.jpeg.quality)
+            if want.tobytes() != stored_bytes(reader, field, sid).tobytes():
+                what = "stored JPEG differs from a fresh encode of" if spec.jpeg else "differs from"
+                return Mismatch(f"{at}: field {field!r} {what} {where}")
         where = source.where(i, PairSchema.LABEL_FIELD)
         if to_label(raw[2], where) != int(labels[sid]):
             return Mismatch(f"{at}: label {int(labels[sid])} differs from {where}")

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..format.schema import SUPPORTED_DTYPES, ArraySpec, PairSchema, Quantization
+from ..format.schema import SUPPORTED_DTYPES, ArraySpec, Jpeg, PairSchema, Quantization
 from .sources import PairSource, SourceError, cast_to_store, quantize_floats, to_array, to_label
 
 __all__ = ["Converter"]
@@ -31,8 +31,9 @@ class Converter:
             return quantize_floats(arr, self.quantize, where)
         return cast_to_store(arr, self.store, where)
 
-    def infer(self, source: PairSource) -> PairSchema:
-        """The schema of sample 0, refusing what cannot be stored."""
+    def infer(self, source: PairSource, jpeg: dict[str, Jpeg] | None = None) -> PairSchema:
+        """The schema of sample 0, refusing what cannot be stored; the fields in ``jpeg``
+        stored as JPEG."""
         raw = source.read(0)
         specs = []
         for value, name in zip(raw[:2], PairSchema.IMAGE_FIELDS):
@@ -46,7 +47,11 @@ class Converter:
                 )
             if arr.ndim == 0 or arr.size == 0:
                 raise SourceError(f"{where}: expected a non-empty array, got shape {arr.shape}")
-            specs.append(ArraySpec(arr.shape, arr.dtype.name, self.quantize))
+            try:
+                coded = (jpeg or {}).get(name)
+                specs.append(ArraySpec(arr.shape, arr.dtype.name, self.quantize, coded))
+            except ValueError as e:
+                raise SourceError(f"{where}: {e}") from None
         to_label(raw[2], source.where(0, PairSchema.LABEL_FIELD))
         return PairSchema(a=specs[0], b=specs[1])
 

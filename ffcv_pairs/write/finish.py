@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..format.layout import BetonLayout
+from ..format.layout import BetonLayout, PackedLayout
 from ..format.sidecar import Manifest, block_digest, manifest_path, root_digest
 from ..format.stats import field_stats_kinds, hash_stats, stats_header, stats_path, stats_size
 from .testhook import hook
@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 PageDigests = dict[int, tuple[int, bytes]]
+AnyLayout = BetonLayout | PackedLayout
 _ALLOC_CHUNK = 1 << 20  # samples per slice of the allocation table
 
 
@@ -71,7 +72,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def open_stats_partial(files: Outputs, layout: BetonLayout, resumed: bool) -> int | None:
+def open_stats_partial(files: Outputs, layout: AnyLayout, resumed: bool) -> int | None:
     """``OUT.stats.partial`` opened for the page phase: created at its full size, or on
     resume the one the interrupted run was filling. None when no field is uint8, or when a
     resumed run has none (it began before the writer kept statistics): that file is then
@@ -89,7 +90,7 @@ def open_stats_partial(files: Outputs, layout: BetonLayout, resumed: bool) -> in
     return fd
 
 
-def _table_blocks(layout: BetonLayout) -> list[int]:
+def _table_blocks(layout: AnyLayout) -> list[int]:
     """Blocks that hold the header, field table, metadata and allocation table."""
     ps = layout.page_size
     head = range(layout.data_start // ps)
@@ -100,7 +101,7 @@ def _table_blocks(layout: BetonLayout) -> list[int]:
 def finish_file(
     fd: int,
     files: Outputs,
-    layout: BetonLayout,
+    layout: AnyLayout,
     manifest: Manifest,
     pages: PageDigests,
     stats_fd: int | None = None,
@@ -145,7 +146,7 @@ def finish_file(
     fsync_dir(files.out)
 
 
-def _matches(manifest_file: Path, files: Outputs, layout: BetonLayout, pages: PageDigests) -> bool:
+def _matches(manifest_file: Path, files: Outputs, layout: AnyLayout, pages: PageDigests) -> bool:
     """Whether ``manifest_file`` describes the file this journal's run renamed to ``OUT``."""
     try:
         m = Manifest.load(manifest_file)
@@ -160,7 +161,7 @@ def _matches(manifest_file: Path, files: Outputs, layout: BetonLayout, pages: Pa
     return all(crcs[first + p] == crc for p, (crc, _) in pages.items())
 
 
-def complete_renames(files: Outputs, layout: BetonLayout, pages: PageDigests) -> bool:
+def complete_renames(files: Outputs, layout: AnyLayout, pages: PageDigests) -> bool:
     """Finish step 4 of a run killed after renaming ``OUT.partial``; False if it was not."""
     if not files.out.exists():
         return False

@@ -55,6 +55,7 @@ __all__ = [
     "set_job",
     "stats_kinds",
     "worker_init",
+    "worker_torch_threads",
 ]
 
 _STATS_KINDS: dict[str | None, int] = {
@@ -159,9 +160,8 @@ def _aligned_page(size: int) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
 
 
-def worker_init() -> None:
-    """In a fresh worker: torch on one thread, the parent's file descriptors closed, a row
-    of the activity board taken. Runs before any task, so before the source's code."""
+def worker_torch_threads() -> None:
+    """In a fresh worker: torch, when loaded, on one thread."""
     torch = sys.modules.get("torch")
     if torch is not None:
         # The worker inherits the OpenMP runtime's bookkeeping of its thread team but not
@@ -170,6 +170,12 @@ def worker_init() -> None:
         # reads sample 0 itself). One thread per worker also keeps N workers from running
         # N x cores threads. PyTorch's DataLoader does the same in its workers.
         torch.set_num_threads(1)
+
+
+def worker_init() -> None:
+    """In a fresh worker: torch on one thread, the parent's file descriptors closed, a row
+    of the activity board taken. Runs before any task, so before the source's code."""
+    worker_torch_threads()
     job = _JOB
     if job is not None:
         for fd in job.inherited_fds:

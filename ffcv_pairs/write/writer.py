@@ -21,22 +21,16 @@ same bytes as an uninterrupted run.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .._checks import flag, integer, optional
-from .._version import __version__
-from ..format.layout import BetonLayout
-from ..format.schema import PairSchema
-from ..format.sidecar import Manifest
-from ..format.stats import stats_entry
+from ..format.layout import BetonLayout, PackedLayout
 from .activity import Board, step_words
 from .arguments import (
     StoreDtype,
+    check_codec,
     check_out_path,
     check_page_size,
     check_quantize,
@@ -45,6 +39,7 @@ from .arguments import (
     check_workers,
 )
 from .batched import BatchedSource
+from .conversion import Conversion, WriteReport
 from .convert import Converter
 from .finish import (
     Outputs,
@@ -55,11 +50,12 @@ from .finish import (
     up_to_date,
 )
 from .journal import Journal, journal_path, what_changed
+from .packing import PackedConversion
 from .plan import make_plan
-from .pool import WriteError, WriteInterrupted, run_tasks, signals_as_exceptions
-from .shuffle import PERMUTATION, Permutation
-from .sources import PairSource, SourceError, as_source
-from .space import allocated, disk_full, no_space
+from .pool import WriteError, run_tasks, signals_as_exceptions
+from .shuffle import Permutation
+from .sources import SourceError, as_source
+from .space import disk_full, no_space
 from .tasks import Job, run_task, set_job, stats_kinds, worker_init
 from .testhook import hook
 from .tracker import PageTracker
@@ -73,84 +69,10 @@ DEFAULT_PAGE_SIZE = 8 << 20
 STALL_SECONDS = 600.0
 
 
-@dataclass(frozen=True)
-class WriteReport:
-    """What :func:`write_pairs` produced.
+class _PageConversion(Conversion):
+    """A conversion of fixed-size samples: pages written at their final offsets."""
 
-    Attributes:
-        seconds: Wall time of the whole call.
-        page_seconds: Wall time of writing pages (not discovery, sample 0, tables, renames).
-        fast_reads / fallback_reads: ``.pt`` files read without / with ``torch.load``.
-        pages_kept: Data pages taken over from an interrupted run (``resume=True``).
-        samples_written: Samples written by this call (fewer when resumed; :meth:`summary`'s rate).
-    """
-
-    path: Path
-    manifest: Path
-    schema: PairSchema
-    num_samples: int
-    file_size: int
-    seconds: float
-    page_seconds: float = 0.0
-    num_pages: int = 0
-    fast_reads: int = 0
-    fallback_reads: int = 0
-    pages_kept: int = 0
-    shuffle_seed: int | None = None
-    samples_written: int | None = None
-
-    def summary(self) -> str:
-        written = self.num_samples if self.samples_written is None else self.samples_written
-        rate = written / max(self.seconds, 1e-9)
-        share = self.page_seconds / max(self.seconds, 1e-9)
-        parts = [
-            f"wrote {self.path}: {self.num_samples} pairs ({self.schema.describe()}), "
-            f"{self.file_size / 1e6:.1f} MB in {self.seconds:.1f} s ({rate:,.0f} pairs/s, "
-            f"{share:.0%} of it writing pages)"
-        ]
-        if self.fast_reads or self.fallback_reads:
-            parts.append(
-                f".pt files: {self.fast_reads} read directly, {self.fallback_reads} by torch.load"
-            )
-        if self.pages_kept:
-            parts.append(f"resumed: kept {self.pages_kept} of {self.num_pages} pages")
-        if self.shuffle_seed is not None:
-            parts.append(f"shuffled with seed {self.shuffle_seed}")
-        return "; ".join([*parts, f"checksums in {self.manifest}"])
-
-
-@dataclass
-class _Conversion:
-    """One call of :func:`write_pairs` once its arguments are checked."""
-
-    src: PairSource
     layout: BetonLayout
-    conv: Converter
-    order: Permutation | None
-    files: Outputs
-    journal: Journal
-    fingerprint: dict[str, Any]
-    workers: int
-    progress: bool
-    t0: float
-
-    def report(self, tracker: PageTracker | None, page_seconds: float, kept: int) -> WriteReport:
-        reads = tracker.reads if tracker is not None else [0, 0]
-        return WriteReport(
-            path=self.files.out,
-            manifest=self.files.sidecar,
-            schema=self.layout.schema,
-            num_samples=self.layout.num_samples,
-            file_size=self.layout.file_size,
-            seconds=time.perf_counter() - self.t0,
-            page_seconds=page_seconds,
-            num_pages=self.layout.num_pages,
-            fast_reads=reads[0],
-            fallback_reads=reads[1],
-            pages_kept=kept,
-            shuffle_seed=None if self.order is None else self.order.seed,
-            samples_written=tracker.samples if tracker is not None else 0,
-        )
 
     def _resumable(self) -> dict[int, tuple[int, bytes]] | None:
         """The journaled pages to keep; None when the conversion turns out to be complete.
@@ -178,7 +100,7 @@ class _Conversion:
         done = self._resumable() if resume else {}
         if done is None:
             self.journal.remove()
-            return self.report(None, 0.0, layout.num_pages)
+            return self.report([0, 0], 0, 0.0, layout.num_pages)
         plan = make_plan(self.src, layout, self.order, set(done), self.workers)
         tracker = PageTracker(self.journal, -1, layout, plan, done)
         try:  # from the first byte written on, a failure says what was kept
@@ -196,17 +118,26 @@ class _Conversion:
             t_pages = time.perf_counter()
             self._pages(tracker)
             page_seconds = time.perf_counter() - t_pages
-            manifest = self._manifest(tracker.stats_fd is not None)
+            manifest = self.manifest(tracker.stats_fd is not None)
             finish_file(tracker.fd, files, layout, manifest, tracker.digests, tracker.stats_fd)
             hook("sidecar")  # every file in place, the journal not yet removed
             self.journal.remove()  # here: a signal before it is reported with what is left
         except BaseException as e:
-            raise self._failed(e, tracker) from None
+            raise self.failed(e, self._journaled(tracker)) from None
         finally:
             for fd in (tracker.fd, tracker.stats_fd):
                 if fd is not None and fd >= 0:
                     os.close(fd)
-        return self.report(tracker, page_seconds, len(done))
+        return self.report(tracker.reads, tracker.samples, page_seconds, len(done))
+
+    @staticmethod
+    def _journaled(tracker: PageTracker) -> int:
+        """Pages the journal holds once what it can take is flushed."""
+        try:
+            tracker.flush()
+            return len(tracker.digests)
+        except (OSError, SourceError):  # the journal holds what it held before
+            return len(tracker.digests) - len(tracker.pending)
 
     def _pages(self, tracker: PageTracker) -> None:
         from tqdm import tqdm
@@ -244,64 +175,6 @@ class _Conversion:
         finally:
             set_job(None)
 
-    def _failed(self, e: BaseException, tracker: PageTracker) -> BaseException:
-        """The error to raise after the conversion failed, saying what was kept."""
-        try:
-            tracker.flush()
-            kept = len(tracker.digests)
-        except (OSError, SourceError):  # the journal holds what it held before
-            kept = len(tracker.digests) - len(tracker.pending)
-        out = self.files.out
-        if no_space(e):
-            missing = self.layout.file_size - allocated(self.files.partial)
-            return WriteError(f"{disk_full(out, missing)}; {self._kept(kept, room=True)}")
-        note = self._kept(kept)
-        if isinstance(e, KeyboardInterrupt):  # stays a KeyboardInterrupt for callers
-            return KeyboardInterrupt(f"{out}: interrupted by Ctrl-C; {note}")
-        if isinstance(e, WriteInterrupted):
-            name = signal.Signals(e.signum).name
-            return WriteInterrupted(e.signum, f"{out}: interrupted by {name}; {note}")
-        if isinstance(e, WriteError | OSError):
-            return WriteError(f"{out}: {e}; {note}")
-        if isinstance(e, SourceError):
-            return SourceError(f"{e} ({note})")
-        return e
-
-    def _kept(self, kept: int, room: bool = False) -> str:
-        """What is left for ``--resume`` and what to do (once there is ``room`` on the disk);
-        removes a ``.partial`` that holds no journaled page."""
-        files = self.files
-        then = "once there is room" if room else "to continue"
-        if not files.partial.exists() and files.out.exists():  # renamed: the rest is quick
-            done = "and its sidecar are" if files.sidecar.exists() else "is"
-            return f"{files.out.name} {done} in place, not yet all: rerun with --resume {then}"
-        if kept:
-            pages = f"{kept} of {self.layout.num_pages} pages"
-            return f"{files.partial.name} kept with {pages} written: rerun with --resume {then}"
-        files.partial.unlink(missing_ok=True)
-        files.stats_partial.unlink(missing_ok=True)
-        self.journal.remove()
-        return "nothing was kept: rerun once there is room" if room else "nothing was kept"
-
-    def _manifest(self, with_stats: bool) -> Manifest:
-        layout = self.layout
-        return Manifest(
-            schema=layout.schema.to_json(),
-            num_samples=layout.num_samples,
-            page_size=layout.page_size,
-            file_size=layout.file_size,
-            block_crc32="",
-            source=self.src.describe(),
-            data_start=layout.data_start,
-            samples_per_page=layout.samples_per_page,
-            writer_version=__version__,
-            store_dtype=self.conv.store,
-            shuffle_seed=None if self.order is None else self.order.seed,
-            permutation=None if self.order is None else PERMUTATION,
-            fingerprint=self.fingerprint,
-            stats=stats_entry(layout.schema, self.files.stats.name) if with_stats else None,
-        )
-
 
 def write_pairs(
     source: Any,
@@ -312,6 +185,8 @@ def write_pairs(
     store_dtype: StoreDtype | None = None,
     quantize: str | None = None,
     quantize_range: tuple[float, float] | None = None,
+    codec: str | dict[str, str] | None = None,
+    quality: int | None = None,
     limit: int | None = None,
     progress: bool = True,
     resume: bool = False,
@@ -333,6 +208,10 @@ def write_pairs(
         quantize, quantize_range: ``"uint8"`` and ``(lo, hi)``: store float images of that
             range as their nearest of 256 levels, at most ``(hi - lo) / 510`` off; values
             outside it are refused (see :class:`~ffcv_pairs.format.schema.Quantization`).
+        codec, quality: ``"jpeg"``: store A and B as JPEGs of ``quality`` (1-100, default
+            90), lossy, with upstream's encoder (``RGBImageField``); per field:
+            ``{A: "jpeg", B: "raw"}``. Only uint8 images of 1 or 3 channels, ``(C, H,
+            W)``, ``(H, W, C)`` or ``(H, W)``. Default ``"raw"``: stored exactly.
         limit: Write only the first ``limit`` samples (at least 1).
         progress: Show a progress bar (samples/s and ETA) on stderr.
         resume: Keep the finished pages of an interrupted run of the same conversion.
@@ -356,6 +235,7 @@ def write_pairs(
     page_size = check_page_size("page_size", page_size)
     store_dtype = check_store_dtype("store_dtype", store_dtype)
     q = check_quantize("quantize", quantize, "quantize_range", quantize_range, store_dtype)
+    jpeg = check_codec("codec", codec, "quality", quality)
     limit = optional(integer)("limit", limit, 1)
     progress, resume = flag("progress", progress), flag("resume", resume)
     shuffle_seed = check_shuffle_seed("shuffle_seed", shuffle_seed)
@@ -364,8 +244,12 @@ def write_pairs(
     if n == 0:
         raise SourceError(f"{src.describe()}: source is empty")
     conv = Converter(store_dtype, q)
-    schema = conv.infer(src)
-    layout = BetonLayout(schema, n, page_size)
+    schema = conv.infer(src, jpeg)
+    layout: BetonLayout | PackedLayout
+    if schema.compressed:
+        layout = PackedLayout.empty(schema, n, page_size)
+    else:
+        layout = BetonLayout(schema, n, page_size)
     order = None if shuffle_seed is None else Permutation(n, shuffle_seed)
     if isinstance(src, BatchedSource):
         src.release()  # workers load their own batch files
@@ -383,7 +267,8 @@ def write_pairs(
             files.out.parent.mkdir(parents=True, exist_ok=True)
             journal = Journal.acquire(journal_path(files.out), files.out)
             try:
-                conversion = _Conversion(
+                kind = PackedConversion if schema.compressed else _PageConversion
+                conversion = kind(
                     src, layout, conv, order, files, journal, fingerprint, workers, progress, t0
                 )
                 return conversion.run(resume)

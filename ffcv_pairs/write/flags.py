@@ -1,0 +1,115 @@
+"""The ``write`` command's options: flags over ``--config`` over defaults, each checked
+as :func:`~ffcv_pairs.write.writer.write_pairs` checks it, naming its flag or the
+config file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .._checks import integer, one_of, optional
+from ..format import layout
+from . import arguments
+
+__all__ = ["WRITE_KEYS", "merge_write_config"]
+
+_WRITE_DEFAULTS: dict[str, object] = {"layout": "auto", "page_size": "8MiB"}
+WRITE_KEYS = (
+    "src_dir",
+    "out_dir",
+    "split",
+    "layout",
+    "workers",
+    "limit",
+    "page_size",
+    "store_dtype",
+    "quantize",
+    "range",
+    "codec",
+    "quality",
+    "shuffle",
+)
+
+
+def _directory(name: str, value: Any) -> Path:
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{name} must be a directory, got {value!r} ({type(value).__name__})")
+    return Path(value)
+
+
+def _splits(name: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise ValueError(f"{name} must be split names (non-empty strings), got {value!r}")
+    return value
+
+
+def _write_option(key: str, name: str, value: Any) -> Any:
+    """A ``write`` option from a flag (a string) or ``--config`` (any YAML value), checked
+    as :func:`~ffcv_pairs.write.writer.write_pairs` checks it; a refusal is a ValueError
+    naming ``name`` (one line, exit status 2)."""
+    if isinstance(value, str) and key in ("workers", "limit", "shuffle", "quality"):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if isinstance(value, str) and key == "page_size":
+        try:
+            value = layout.parse_size(value)
+        except (ValueError, OverflowError) as e:
+            raise ValueError(f"{name}: {e}") from None
+    checks: dict[str, Callable[[str, Any], Any]] = {
+        "src_dir": _directory,
+        "out_dir": _directory,
+        "split": _splits,
+        "layout": lambda n, v: one_of(n, v, ("auto", "per-sample", "batched")),
+        "workers": arguments.check_workers,
+        "limit": lambda n, v: optional(integer)(n, v, 1),
+        "page_size": arguments.check_page_size,
+        "store_dtype": arguments.check_store_dtype,
+        "quantize": lambda n, v: optional(one_of)(n, v, ("uint8",)),
+        "range": arguments.parse_range,
+        "codec": lambda n, v: v,  # checked with quality, below
+        "quality": lambda n, v: optional(integer)(n, v, 1, 100),
+        "shuffle": arguments.check_shuffle_seed,
+    }
+    try:
+        return checks[key](name, value)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+
+
+def merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
+    """Command-line flags over ``--config`` over defaults; each checked, naming its flag
+    or the config file."""
+    import yaml
+
+    file: dict[str, object] = {}
+    if args.config is not None:
+        loaded = yaml.safe_load(args.config.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config}: expected a mapping of write options")
+        unknown = sorted(set(loaded) - set(WRITE_KEYS))
+        if unknown:
+            raise ValueError(
+                f"{args.config}: unknown option(s) {unknown}; known: {list(WRITE_KEYS)}"
+            )
+        file = loaded
+    from_file = {key for key in file if getattr(args, key) is None}
+    for key in WRITE_KEYS:
+        if getattr(args, key) is None:
+            setattr(args, key, file.get(key, _WRITE_DEFAULTS.get(key)))
+    if isinstance(args.split, str):
+        args.split = [args.split]
+    for key in ("src_dir", "out_dir", "split"):
+        if not getattr(args, key):
+            raise ValueError(f"missing {key} (give it on the command line or in --config)")
+    for key in WRITE_KEYS:
+        flag = key.upper() if key.endswith("_dir") else f"--{key.replace('_', '-')}"
+        name = f"{key} in {args.config}" if key in from_file else flag
+        setattr(args, key, _write_option(key, name, getattr(args, key)))
+    arguments.check_quantize("--quantize", args.quantize, "--range", args.range, args.store_dtype)
+    arguments.check_codec("--codec", args.codec, "--quality", args.quality)
+    return args

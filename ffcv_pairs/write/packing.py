@@ -1,0 +1,352 @@
+"""Write a `.beton` whose images are JPEGs: encode in parallel, pack in order.
+
+A JPEG's size is known only once it is encoded, so no page has a final offset before
+every sample ahead of it is encoded (the fixed-size writer, :mod:`.writer`, relies on
+that). Here workers read and encode runs of samples (the CPU work) and hand back the
+bytes; this process packs them in order, A then B, into pages that no sample
+straddles, writes and digests each page once it is full, and journals it. After the
+last page: the metadata table (from each image's pointer), the allocation table, the
+header, the sidecar, the renames (:func:`~ffcv_pairs.write.finish.finish_file`).
+
+Every page ends with a trailer that plain FFCV never reads (it reads each image by
+pointer and size): the label and the two sizes of each of its samples, its first
+sample and their count. So ``resume=True`` keeps the journaled run of pages from the
+start, rebuilds their samples' pointers from the trailers and encodes the rest. The
+encoder is deterministic, so the file comes out byte for byte as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from ..format.layout import PackedLayout
+from ..format.schema import ArraySpec, PairSchema
+from ..format.sidecar import block_digest
+from . import tracker
+from .conversion import Conversion, WriteReport
+from .convert import Converter
+from .encode import encode_jpeg
+from .finish import complete_renames, finish_file, fsync_dir, up_to_date
+from .journal import PageDigests, what_changed
+from .pool import run_tasks
+from .shuffle import Permutation
+from .sources import PairSource, SourceError
+from .tasks import pwrite_all, worker_torch_threads
+from .testhook import hook
+
+__all__ = ["PackedConversion", "page_trailer_size"]
+
+_TAIL = struct.Struct("<QI4s")  # first sample, count, magic
+_MAGIC = b"FPK1"
+_PER_SAMPLE = 16  # label (int64), size of A and of B (uint32 each)
+_TASK_BYTES = 4 << 20  # raw bytes of the samples one task reads and encodes
+_METADATA_CHUNK = 1 << 20
+
+
+def page_trailer_size(samples: int) -> int:
+    """Bytes a page's trailer takes for ``samples`` samples."""
+    return samples * _PER_SAMPLE + _TAIL.size
+
+
+class Encoded(NamedTuple):
+    """What a worker hands back for positions ``start ..``: labels, ``(k, 2)`` sizes of A
+    and B, and their bytes back to back (A0 B0 A1 B1 ...)."""
+
+    start: int
+    labels: np.ndarray
+    sizes: np.ndarray
+    data: bytes
+    reads: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class _EncodeJob:
+    """What a worker needs, inherited through ``fork``."""
+
+    source: PairSource
+    specs: tuple[ArraySpec, ArraySpec]
+    converter: Converter
+    order: Permutation | None
+    inherited_fds: tuple[int, ...]
+
+
+_JOB: _EncodeJob | None = None
+
+
+def _worker_init() -> None:
+    worker_torch_threads()
+    if _JOB is not None:
+        for fd in _JOB.inherited_fds:
+            os.close(fd)
+
+
+def _image(conv: Converter, value: object, spec: ArraySpec, src: PairSource, i: int, part: str):
+    flat = conv.sample_bytes(value, spec, src, i, part)
+    return flat.view(spec.np_dtype).reshape(spec.shape)
+
+
+def _encode(task: tuple[int, int]) -> Encoded:
+    """Read and encode the samples at positions ``task[0] .. task[1] - 1``."""
+    job = _JOB
+    assert job is not None, "no job installed"
+    s0, s1 = task
+    src, conv, specs = job.source, job.converter, job.specs
+    names = PairSchema.IMAGE_FIELDS
+    before = src.read_stats()
+    ids = range(s0, s1) if job.order is None else job.order.source_of(np.arange(s0, s1)).tolist()
+    labels = np.empty(s1 - s0, dtype=np.int64)
+    sizes = np.empty((s1 - s0, 2), dtype=np.uint32)
+    parts: list[bytes] = []
+    for j, i in enumerate(ids):
+        a, b, label = src.read(i)
+        for t, value in enumerate((a, b)):
+            spec = specs[t]
+            image = _image(conv, value, spec, src, i, names[t])
+            data = (
+                image.tobytes()
+                if spec.jpeg is None
+                else encode_jpeg(image, spec.layout, spec.jpeg.quality).tobytes()
+            )
+            sizes[j, t] = len(data)
+            parts.append(data)
+        labels[j] = conv.label(label, src, i)
+    after = src.read_stats()
+    reads = (after[0] - before[0], after[1] - before[1])
+    return Encoded(s0, labels, sizes, b"".join(parts), reads)
+
+
+class _Packer:
+    """Packs encoded samples into pages in order and writes each page once full."""
+
+    def __init__(self, conv: PackedConversion, fd: int, digests: PageDigests, next_sample: int):
+        layout = conv.layout
+        self.conv, self.fd, self.layout = conv, fd, layout
+        self.page_size, self.data_start = layout.page_size, layout.data_start
+        self.digests = dict(digests)
+        self.pending: list[tuple[int, int, bytes]] = []
+        self.page = len(digests)
+        self.next = next_sample  # the next position to pack
+        self.waiting: dict[int, Encoded] = {}
+        self.buf = np.zeros(self.page_size, dtype=np.uint8)
+        self.used, self.first, self.count = 0, next_sample, 0
+        self.reads, self.samples, self.bar = [0, 0], 0, None
+        self.last = time.monotonic()
+
+    def on_done(self, index: int, result: Encoded) -> None:
+        """Take a task's result; pack every result that is next in order."""
+        self.waiting[result.start] = result
+        while self.next in self.waiting:
+            chunk = self.waiting.pop(self.next)
+            self._pack(chunk)
+            self.next += len(chunk.labels)
+            self.reads[0] += chunk.reads[0]
+            self.reads[1] += chunk.reads[1]
+            self.samples += len(chunk.labels)
+            if self.bar is not None:
+                self.bar.update(len(chunk.labels))
+        if time.monotonic() - self.last >= tracker.JOURNAL_SECONDS:
+            self.flush()
+
+    def _pack(self, chunk: Encoded) -> None:
+        layout, ps = self.layout, self.page_size
+        ends = np.cumsum(chunk.sizes.reshape(-1), dtype=np.int64)
+        data = np.frombuffer(chunk.data, dtype=np.uint8)
+        for j in range(len(chunk.labels)):
+            i = chunk.start + j
+            sa, sb = (int(x) for x in chunk.sizes[j])
+            end = int(ends[2 * j + 1])
+            if sa + sb + page_trailer_size(1) > ps:
+                raise SourceError(
+                    f"{self.conv.src.describe()}: sample {i}: A and B take {sa + sb} bytes "
+                    f"stored, more than a page of {ps} bytes holds; use a larger --page-size"
+                )
+            if self.used + sa + sb + page_trailer_size(self.count + 1) > ps:
+                self._write_page()
+            at = self.data_start + self.page * ps + self.used
+            self.buf[self.used : self.used + sa + sb] = data[end - sa - sb : end]
+            layout.ptrs[i] = (at, at + sa)
+            layout.sizes[i] = (sa, sb)
+            self.labels[i] = chunk.labels[j]
+            self.used += sa + sb
+            self.count += 1
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.conv.labels
+
+    def _write_page(self) -> None:
+        """Write the page being filled, with its trailer, and digest it."""
+        if self.count == 0:
+            return
+        hook("page", self.page)
+        first, k, ps = self.first, self.count, self.page_size
+        trailer = np.zeros(k * 2, dtype="<u4")
+        trailer[:] = self.layout.sizes[first : first + k].reshape(-1)
+        tail = (
+            self.labels[first : first + k].astype("<i8").tobytes()
+            + trailer.tobytes()
+            + _TAIL.pack(first, k, _MAGIC)
+        )
+        self.buf[self.used : ps - len(tail)] = 0
+        self.buf[ps - len(tail) :] = np.frombuffer(tail, dtype=np.uint8)
+        pwrite_all(self.fd, self.buf, self.data_start + self.page * ps)
+        d = block_digest(self.buf.data)
+        self.digests[self.page] = (d.crc32, d.sha256)
+        self.pending.append((self.page, d.crc32, d.sha256))
+        self.page += 1
+        self.used, self.first, self.count = 0, first + k, 0
+
+    def finish(self) -> None:
+        self._write_page()
+        self.flush()
+
+    def flush(self) -> None:
+        self.conv.journal.commit(self.fd, self.pending)
+        self.pending = []
+        self.last = time.monotonic()
+        hook("journal", len(self.digests))
+
+    def journaled(self) -> int:
+        try:
+            self.flush()
+            return len(self.digests)
+        except (OSError, SourceError):
+            return len(self.digests) - len(self.pending)
+
+
+class PackedConversion(Conversion):
+    """A conversion with JPEG fields: see the module docstring."""
+
+    layout: PackedLayout
+    labels: np.ndarray
+
+    def pages_kept(self, kept: int) -> str:
+        return f"{kept} pages"
+
+    def _kept_pages(self, fd: int, done: PageDigests) -> tuple[PageDigests, int]:
+        """The journaled pages from the start on, their samples' pointers, sizes and labels
+        restored from the trailers; and the first position not on them."""
+        layout, ps, start = self.layout, self.layout.page_size, self.layout.data_start
+        kept: PageDigests = {}
+        nxt = 0
+        while len(kept) in done:
+            page = len(kept)
+            buf = os.pread(fd, ps, start + page * ps)
+            if len(buf) < ps or buf[-4:] != _MAGIC:
+                break
+            if block_digest(buf).crc32 != done[page][0]:
+                break
+            first, k, _ = _TAIL.unpack_from(buf, ps - _TAIL.size)
+            if first != nxt or k < 1 or first + k > layout.num_samples:
+                break
+            body = ps - page_trailer_size(k)
+            labels = np.frombuffer(buf, dtype="<i8", count=k, offset=body)
+            sizes = np.frombuffer(buf, dtype="<u4", count=2 * k, offset=body + 8 * k)
+            sizes = sizes.reshape(k, 2).astype(np.uint64)
+            ends = np.cumsum(sizes.reshape(-1)).reshape(k, 2)
+            at = np.uint64(start + page * ps)
+            layout.ptrs[first : first + k] = at + ends - sizes
+            layout.sizes[first : first + k] = sizes
+            self.labels[first : first + k] = labels
+            kept[page] = done[page]
+            nxt = first + k
+        return kept, nxt
+
+    def run(self, resume: bool) -> WriteReport:
+        files = self.files
+        self.labels = np.zeros(self.layout.num_samples, dtype=np.int64)
+        old, done = self.journal.read() if resume else (None, {})
+        if resume and old is None and files.out.exists() and up_to_date(files, self.fingerprint):
+            self.journal.remove()
+            return self.report([0, 0], 0, 0.0, 0)
+        if old is not None:
+            change = what_changed(old, self.fingerprint)
+            if change is not None:
+                raise SourceError(
+                    f"{files.out}: cannot resume: {change}; rerun without --resume to start over"
+                )
+            if not files.partial.exists():  # killed while renaming?
+                self.layout = replace(self.layout, pages=len(done))
+                if complete_renames(files, self.layout, done):
+                    self.journal.remove()
+                    return self.report([0, 0], 0, 0.0, len(done))
+                done = {}
+        fd = -1
+        packer: _Packer | None = None
+        try:
+            fd = os.open(files.partial, os.O_RDWR | os.O_CREAT, 0o644)
+            kept, nxt = self._kept_pages(fd, done) if done else ({}, 0)
+            if not kept:
+                self.journal.start(self.fingerprint)
+                os.ftruncate(fd, 0)
+            hook("start")
+            descriptors = self.layout.descriptors()
+            pwrite_all(fd, descriptors, self.layout.metadata_start - descriptors.nbytes)
+            fsync_dir(files.out)
+            packer = _Packer(self, fd, kept, nxt)
+            t_pages = time.perf_counter()
+            self._pages(packer, fd)
+            page_seconds = time.perf_counter() - t_pages
+            self.layout = replace(self.layout, pages=packer.page)
+            self._tables(fd)
+            finish_file(fd, files, self.layout, self.manifest(False), packer.digests)
+            hook("sidecar")
+            self.journal.remove()
+        except BaseException as e:
+            raise self.failed(e, packer.journaled() if packer else 0) from None
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        return self.report(packer.reads, packer.samples, page_seconds, len(kept))
+
+    def _tasks(self, start: int, workers: int) -> list[tuple[int, int]]:
+        n = self.layout.num_samples
+        per = max(1, _TASK_BYTES // max(1, self.layout.schema.sample_bytes))
+        per = max(1, min(per, -(-(n - start) // (4 * workers))))
+        return [(s, min(n, s + per)) for s in range(start, n, per)]
+
+    def _pages(self, packer: _Packer, fd: int) -> None:
+        from tqdm import tqdm
+
+        global _JOB
+        schema, n = self.layout.schema, self.layout.num_samples
+        tasks = self._tasks(packer.next, self.workers)
+        _JOB = _EncodeJob(
+            self.src, (schema.a, schema.b), self.conv, self.order, (self.journal.fd, fd)
+        )
+        try:
+            with tqdm(
+                total=n,
+                initial=packer.next,
+                unit="pair",
+                disable=not self.progress,
+                file=sys.stderr,
+                desc=self.files.out.name,
+                dynamic_ncols=True,
+            ) as packer.bar:
+                run_tasks(
+                    _encode,
+                    tasks,
+                    min(self.workers, max(1, len(tasks))),
+                    packer.on_done,
+                    initializer=_worker_init,
+                )
+            packer.finish()
+        finally:
+            _JOB = None
+
+    def _tables(self, fd: int) -> None:
+        """The metadata table, from every sample's pointers; the file cut to its size."""
+        layout = self.layout
+        for start in range(0, layout.num_samples, _METADATA_CHUNK):
+            labels = self.labels[start : start + _METADATA_CHUNK]
+            rows = layout.metadata_rows(start, labels)
+            pwrite_all(fd, rows, layout.metadata_start + start * rows.itemsize)
+        os.ftruncate(fd, layout.file_size)

@@ -11,9 +11,9 @@ import cv2
 import numpy as np
 import pytest
 
-from ffcv_pairs.format.schema import ArraySpec
+from ffcv_pairs.format.schema import ArraySpec, Jpeg, jpeg_layout
 from ffcv_pairs.kernels.jpeg import CHW, HWC, SCALES, decode_image, decode_rgb, scaled_size
-from ffcv_pairs.write.encode import encode_jpeg, jpeg_layout
+from ffcv_pairs.write.encode import encode_jpeg
 
 
 def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
@@ -127,8 +127,7 @@ def test_round_trip_within_jpeg_tolerance_in_every_layout(shape, quality) -> Non
     within what the quality promises (PSNR against the original, and a bound on the mean)."""
     rgb = photo(40, 56, seed=quality)
     gray = rgb[..., 1]
-    spec = ArraySpec(shape, "uint8")
-    layout = jpeg_layout(spec, "A")
+    layout = jpeg_layout(shape)
     image = {
         (3, 40, 56): np.moveaxis(rgb, -1, 0),
         (40, 56, 3): rgb,
@@ -167,6 +166,24 @@ def test_round_trip_within_jpeg_tolerance_in_every_layout(shape, quality) -> Non
         ((64,), "uint8", r"got \[64\]"),
     ],
 )
-def test_what_jpeg_cannot_hold_is_refused_by_name(shape, dtype, needle) -> None:
-    with pytest.raises(ValueError, match=rf"train_A_images_0\.pt: .*{needle}"):
-        jpeg_layout(ArraySpec(shape, dtype), "train_A_images_0.pt")
+def test_what_jpeg_cannot_hold_is_refused(shape, dtype, needle) -> None:
+    """The spec refuses it; the writer adds the file's name (tests/test_jpeg_storage.py)."""
+    with pytest.raises(ValueError, match=needle):
+        ArraySpec(shape, dtype, jpeg=Jpeg(90))
+
+
+def test_a_jpeg_of_another_size_is_refused_not_decoded_at_another_scale() -> None:
+    """imdecode takes the size from the JPEG's header and never checks it against the box:
+    decode_image compares the frame header with the output's size first."""
+    from ffcv_pairs.kernels.jpeg import header_size
+
+    image = np.random.default_rng(0).integers(0, 256, (16, 24, 3), dtype=np.uint8)
+    jpeg = encode_jpeg(image, "hwc", 90)
+    assert header_size(jpeg, 0, len(jpeg)) == (16, 24)
+    scratch = np.empty(16 * 24 * 3, dtype=np.uint8)
+    out = np.empty((16, 24, 3), dtype=np.uint8)
+    assert decode_image(jpeg, 0, len(jpeg), out, HWC, 3, scratch) == 0
+    small = np.empty((8, 12, 3), dtype=np.uint8)  # a 1/2 decode would fit: refused
+    assert decode_image(jpeg, 0, len(jpeg), small, HWC, 3, scratch) == -1
+    assert header_size(jpeg[:20], 0, 20) == (-1, -1)  # cut before the frame header
+    assert header_size(jpeg, 1, len(jpeg) - 1) == (-1, -1)  # not at a start-of-image

@@ -15,6 +15,7 @@ from writer_proc import finish, start_writer
 from ffcv_pairs import ArraySource, LoaderError, PairAugment, make_loader, write_pairs
 from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.reader import PairReader
+from ffcv_pairs.load import prefetch
 from ffcv_pairs.write import tracker
 from ffcv_pairs.write.sources import SourceError
 
@@ -49,9 +50,8 @@ def written(tmp_path: Path, a, b, name="j.beton", **kwargs) -> Path:
 
 
 def batches(path: Path, aug: PairAugment | None = None, **kwargs):
-    loader = make_loader(
-        path, batch_size=16, order="sequential", seed=SEED, augment=aug, drop_last=False, **kwargs
-    )
+    kwargs = {"order": "sequential", **kwargs}
+    loader = make_loader(path, batch_size=16, seed=SEED, augment=aug, drop_last=False, **kwargs)
     out = [[t.clone() for t in batch] for batch in loader]
     return [torch.cat([x[i] for x in out]).numpy() for i in range(3)]
 
@@ -106,12 +106,25 @@ def test_round_trip_is_upstreams_decode_and_close_to_the_source(tmp_path: Path, 
     assert len(np.unique(reader.image_sizes())) > 10  # sizes vary: packed, not slotted
 
 
-AUGMENTS = [
-    PairAugment(hflip=0.5, vflip=0.5, rot90=True, crop=(20, 20)),
-    PairAugment(crop=(16, 20), crop_padding=3, pad_mode="reflect", translate=(2, 3)),
-    PairAugment(resized_crop=(12, 16), crop_scale=(0.3, 1.0)),
-    PairAugment(hflip=0.5, brightness=0.3, contrast=0.3, noise_std=4.0),
-    PairAugment(hflip=0.5, crop=(20, 20), normalize_mean=(0.5,) * 3, normalize_std=(0.25,) * 3),
+AUGMENTS = [  # every geometry op, the resized crop, every photometric op and the output
+    PairAugment(
+        hflip=0.5,
+        vflip=0.5,
+        rot90=True,
+        crop=(20, 20),
+        crop_padding=3,
+        pad_mode="reflect",
+        translate=(2, 3),
+    ),
+    PairAugment(resized_crop=(12, 16), crop_scale=(0.3, 1.0), hflip=0.5),
+    PairAugment(
+        hflip=0.5,
+        brightness=0.3,
+        contrast=0.3,
+        noise_std=4.0,
+        normalize_mean=(0.5,) * 3,
+        normalize_std=(0.25,) * 3,
+    ),
 ]
 
 
@@ -133,6 +146,30 @@ def test_augmentation_draws_as_on_raw_data_and_pairs_identical_images(
             np.testing.assert_array_equal(g, w)
         if aug.noise_std == 0:  # noise is drawn per image unless noise_paired
             np.testing.assert_array_equal(got[0], got[1])
+
+
+def test_prefetch_by_pages_or_by_images_never_changes_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = photos(64, (3, 24, 40), seed=12)
+    path = written(tmp_path, a, a[::-1].copy())
+    aug = PairAugment(hflip=0.5)
+    want = batches(path, aug, order="random", prefetch=0)
+    for ram in (None, 1):  # this machine's RAM: whole pages; 1 byte: each JPEG's bytes
+        if ram is not None:
+            monkeypatch.setattr(prefetch, "physical_ram", lambda: 1)
+        assert prefetch.prefetch_mode("random", path.stat().st_size) == (
+            "samples" if ram else "pages"
+        )
+        for g, w in zip(batches(path, aug, order="random", prefetch=2), want):
+            np.testing.assert_array_equal(g, w)
+    reader = PairReader(path)
+    order = np.random.default_rng(0).permutation(64)
+    columns = [reader.image_pointers(name) for name in ("A", "B")]
+    sizes = [reader.stored_bytes(name) for name in ("A", "B")]
+    _, starts, lengths = prefetch.sample_schedule(order, 16, columns, sizes)
+    np.testing.assert_array_equal(lengths, reader.image_sizes()[order].reshape(-1))
+    np.testing.assert_array_equal(starts[::2], columns[0][order])
 
 
 def test_one_field_jpeg_and_the_other_raw(tmp_path: Path) -> None:

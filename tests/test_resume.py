@@ -157,6 +157,24 @@ def test_elastic_resume(path: Path, reference: dict, old, new, order: str) -> No
     assert len({len(r) for r in runs[world:]}) == 1
 
 
+def test_a_jpeg_file_resumes_mid_epoch_and_on_another_world(tmp_path: Path) -> None:
+    """The order, resume and elastic resume never look at image sizes: on a file of
+    JPEGs the rest of the epoch is read once, with the same bytes."""
+    a, b, labels = make_arrays(N, (3, 8, 8))
+    p = tmp_path / "j.beton"
+    write_pairs(ArraySource(a, b, labels), p, page_size=4096, progress=False, codec="jpeg")
+    reference = _read(make_loader(p, batch_size=20, drop_last=False, **KW))
+    assert sorted(reference) == list(range(N))
+    before = _world(p, 2, 16)
+    runs = [_read(loader, 5) for loader in before]
+    state = before[-1].state_dict()
+    after = _world(p, 3, 16)
+    for loader in after:
+        loader.load_state_dict(state)
+    runs += [_read(loader) for loader in after]
+    _check_epoch(runs, reference, 3, 16)
+
+
 @pytest.mark.parametrize("drop_last", [True, False])
 @pytest.mark.parametrize("world", [2, 3, 4, 7])
 def test_the_pool_is_every_sample_not_consumed(path: Path, world: int, drop_last: bool) -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "decode_image",
     "decode_rgb",
     "extension_path",
+    "header_size",
     "scaled_size",
     "unpack_pairs",
     "unpack_pairs_serial",
@@ -141,6 +142,35 @@ def decode_rgb(src, start, size, dst, height, width, denom):  # pragma: no cover
 
 
 @nb.njit(cache=True, nogil=True)
+def header_size(src, start, size):  # pragma: no cover - JIT
+    """``(height, width)`` from the JPEG's frame header (SOF0-SOF15 but DHT, JPG, DAC);
+    ``(-1, -1)`` when the bytes hold none before the scan starts, or end first."""
+    end = start + size
+    at = start + 2  # after the start-of-image marker
+    if size < 4 or src[start] != 0xFF or src[start + 1] != 0xD8:
+        return -1, -1
+    while at + 4 <= end:
+        if src[at] != 0xFF:
+            return -1, -1
+        marker = src[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        length = (np.int64(src[at + 2]) << 8) | np.int64(src[at + 3])
+        frame = 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC)
+        if frame:
+            if at + 9 > end:
+                return -1, -1
+            h = (np.int64(src[at + 5]) << 8) | np.int64(src[at + 6])
+            w = (np.int64(src[at + 7]) << 8) | np.int64(src[at + 8])
+            return h, w
+        if marker == 0xDA or length < 2:  # start of scan before any frame header
+            return -1, -1
+        at += 2 + length
+    return -1, -1
+
+
+@nb.njit(cache=True, nogil=True)
 def decode_image(src, start, size, out, channels_first, channels, scratch):  # pragma: no cover
     """Decode one stored image at full size into ``out`` in its stored layout.
 
@@ -153,12 +183,17 @@ def decode_image(src, start, size, out, channels_first, channels, scratch):  # p
         scratch: uint8 array of at least ``H * W * 3`` bytes (one per thread).
 
     Returns:
-        0, or -1 for a corrupt or truncated JPEG (``out`` may then hold garbage).
+        0, or -1 for a corrupt or truncated JPEG, or one whose frame header gives another
+        size than ``out``'s (``imdecode`` would decode it at another scale, silently; ``out``
+        may then hold garbage).
     """
     if channels_first == CHW:
         height, width = out.shape[1], out.shape[2]
     else:
         height, width = out.shape[0], out.shape[1]
+    h, w = header_size(src, start, size)
+    if h != height or w != width:
+        return -1
     plane = height * width
     rgb = scratch[: plane * 3]
     if channels == 3 and channels_first == HWC:

@@ -3,7 +3,8 @@
 Per rank, what the loader adds to the process:
 
 * **buffers**: every pipeline stage that allocates keeps ``batches_ahead + 3``
-  slots of ``batch_size`` samples (see :mod:`ffcv_pairs.load.pipeline`);
+  slots of ``batch_size`` samples (see :mod:`ffcv_pairs.load.pipeline`); a file
+  with JPEG fields adds one batch of decoded A and B (the decoder's scratch);
 * **index**: the page index and one epoch's order (int64 per sample);
 * **transients**: a device-stage cast/normalise on the CPU makes new tensors
   each batch, which live as long as the batch is queued or held.
@@ -149,6 +150,10 @@ def estimate_memory(loader: BudgetedLoader, local_ranks: int) -> MemoryEstimate:
     queries, _ = loader.graph.collect_requirements()
     per_sample = sum(_query_bytes(q)[0] for kind in queries.values() for q in kind.values())
     buffers = slots * cfg.batch_size * per_sample
+    formula = f"{slots} slots x {cfg.batch_size} x {per_sample / 1024:.1f} KiB"
+    if loader.schema.compressed:  # JpegPairDecoder's scratch: one batch, decoded
+        buffers += cfg.batch_size * loader.schema.sample_bytes
+        formula += f" + {cfg.batch_size} x {loader.schema.sample_bytes / 1024:.1f} KiB decoded"
     n = loader.index.num_samples
     index = 8 * (2 * n + len(loader.index.starts)) + 8 * 2 * loader.num_samples
     transients = 0
@@ -173,7 +178,7 @@ def estimate_memory(loader: BudgetedLoader, local_ranks: int) -> MemoryEstimate:
         transients=transients,
         local_ranks=local_ranks,
         page_cache=loader.reader.file_size,
-        buffer_formula=f"{slots} slots x {cfg.batch_size} x {per_sample / 1024:.1f} KiB",
+        buffer_formula=formula,
     )
 
 

@@ -2,51 +2,21 @@
 (OpenCV's ``imencode``): no new dependency.
 
 Only uint8 images with 1 or 3 channels are JPEG material: ``(C, H, W)`` or ``(H, W, C)``
-with ``C`` in (1, 3), or ``(H, W)``. Anything else is refused, naming the field, its
-shape and dtype. Three channels are taken as RGB (the decoder gives RGB back, as
-upstream's does); one channel is encoded as a grayscale JPEG.
+with ``C`` in (1, 3), or ``(H, W)`` (:func:`~ffcv_pairs.format.schema.jpeg_layout`; the
+writer refuses anything else, naming the file). Three channels are taken as RGB (the
+decoder gives RGB back, as upstream's does); one channel is encoded as a grayscale JPEG.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
-from ..format.schema import ArraySpec
+from ..format.schema import JpegLayout
 
-__all__ = ["JPEG_QUALITY", "JpegLayout", "encode_jpeg", "jpeg_layout"]
+__all__ = ["JPEG_QUALITY", "encode_jpeg"]
 
 #: Default quality, as upstream's ``RGBImageField``.
 JPEG_QUALITY = 90
-
-JpegLayout = Literal["chw", "hwc", "hw"]
-
-
-def jpeg_layout(spec: ArraySpec, where: str) -> JpegLayout:
-    """How an image of ``spec`` maps to a JPEG's rows, columns and channels.
-
-    Raises:
-        ValueError: naming ``where``, for anything but uint8 with 1 or 3 channels.
-    """
-    shape = spec.shape
-    if spec.dtype != "uint8":
-        raise ValueError(
-            f"{where}: JPEG stores uint8 images, got {spec.describe()} (quantize floats to "
-            f"uint8 first: --quantize uint8 --range LO,HI)"
-        )
-    if len(shape) == 2:
-        return "hw"
-    # The channel axis as augment.axes.image_axes finds it ("auto": the first or last axis,
-    # strictly smaller than the other two), so writer and loader read one shape alike.
-    if len(shape) == 3 and shape[0] in (1, 3) and shape[0] < min(shape[1:]):
-        return "chw"
-    if len(shape) == 3 and shape[2] in (1, 3) and shape[2] < min(shape[:2]):
-        return "hwc"
-    raise ValueError(
-        f"{where}: JPEG stores images of shape (C, H, W), (H, W, C) or (H, W) with C = 1 or 3, "
-        f"got {list(shape)}"
-    )
 
 
 def encode_jpeg(image: np.ndarray, layout: JpegLayout, quality: int = JPEG_QUALITY) -> np.ndarray:

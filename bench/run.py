@@ -17,6 +17,8 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --render bench/results/bench-2026-12-01.json --out /tmp/again
     .venv/bin/python -m bench --larger-than-ram       # a file of 1.3x RAM (bench/scale/)
     .venv/bin/python -m bench --larger-than-ram-gib 4 # the same on 4 GiB: a short check
+    .venv/bin/python -m bench --jpeg                  # JPEG size, PSNR, speed vs upstream
+    .venv/bin/python -m bench --jpeg-larger-than-ram  # raw 1.5x RAM against JPEG (fits)
     .venv/bin/python -m bench --user-scale 200000     # the user's day, about 20 minutes
     .venv/bin/python -m bench --user-scale-sizes 100000,300000,1000000,3000000  # one source
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import signal
 import sys
@@ -95,6 +98,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--larger-than-ram", action="store_true", help="file of 1.3x RAM, 2 epochs")
     p.add_argument("--larger-than-ram-gib", type=float, help="override its size (a short check)")
     p.add_argument("--render", type=Path, help="re-write md/png from a results .json, exit")
+    p.add_argument(
+        "--jpeg",
+        action="store_true",
+        help="only the JPEG table: size and PSNR at quality 75/90/95, speed against upstream "
+        "FFCV (bench/tables/compression.py); with --smoke, at the smallest sizes",
+    )
+    p.add_argument(
+        "--jpeg-larger-than-ram",
+        action="store_true",
+        help="photos raw at 1.5x RAM (--larger-than-ram-gib: that size) against the same as "
+        "JPEG: cold epochs (bench/scale/jpeg_vs_raw.py)",
+    )
     p.add_argument(
         "--user-scale",
         type=int,
@@ -164,6 +179,46 @@ def _big(args: argparse.Namespace) -> int:
     return 0
 
 
+def _jpeg_big(args: argparse.Namespace) -> int:
+    from bench.core.fresh_process import forkserver
+    from bench.core.settings import BENCH_DIR
+    from bench.scale.jpeg_vs_raw import jpeg_vs_raw, jpeg_vs_raw_lines
+
+    forkserver()
+    try:
+        res = jpeg_vs_raw(
+            (args.work or BENCH_DIR / ".work") / "jpeg-vs-raw", args.larger_than_ram_gib
+        )
+    except ValueError as e:
+        sys.stderr.write(f"bench: {e}\n")
+        return 2
+    out = args.out or BENCH_DIR / "results"
+    date = args.date or datetime.date.today().isoformat()
+    (out / f"jpeg-larger-than-ram-{date}.json").write_text(json.dumps(res, indent=1))
+    md = out / f"jpeg-larger-than-ram-{date}.md"
+    md.write_text("\n".join(["# JPEG against raw, larger than RAM", "", *jpeg_vs_raw_lines(res)]))
+    sys.stdout.write(f"{md}\n")
+    return 0
+
+
+def _jpeg(args: argparse.Namespace) -> int:
+    from bench.core.fresh_process import forkserver
+    from bench.core.settings import BENCH_DIR
+    from bench.tables.compression import measure_compression, write_compression_report
+
+    forkserver()
+    work = (args.work or BENCH_DIR / ".work") / "compression"
+    if args.smoke:
+        res = measure_compression(
+            work, rounds=1, seconds=0.2, pairs={64: 256, 224: 64}, startup_samples=30_000
+        )
+    else:
+        res = measure_compression(work, rounds=args.rounds or 3)
+    date = args.date or datetime.date.today().isoformat()
+    sys.stdout.write(f"{write_compression_report(res, args.out or BENCH_DIR / 'results', date)}\n")
+    return 0
+
+
 def _user_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     from bench.scale.user_scale import UserScaleConfig, check_user_scale, run_user_scale
 
@@ -203,8 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, line in status.items():
             sys.stdout.write(f"{name}: {line}\n")
         return 0 if all("MiB" in s for s in status.values()) else 1
+    if args.jpeg_larger_than_ram:
+        return _jpeg_big(args)
     if args.larger_than_ram or args.larger_than_ram_gib:
         return _big(args)
+    if args.jpeg:
+        return _jpeg(args)
     try:
         cfg = _config(args)
         keys = _keys(args.only)

@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).parents[1]
@@ -319,3 +320,42 @@ def test_every_bench_module_says_what_it_holds_and_exports() -> None:
             module = name.removesuffix(".__main__")
             commands = (f"python -m {module}", str(path.relative_to(REPO)))
             assert any(c in doc for c in commands), f"{name}: the docstring shows no {commands}"
+
+
+def test_the_jpeg_report_judges_each_target_and_its_pairs_differ_by_a_shift() -> None:
+    from bench.tables.compression import compression_lines, make_pairs
+
+    a, b = make_pairs(6, 32, seed=1)
+    assert a.shape == b.shape == (6, 32, 32, 3) and a.dtype == np.uint8
+    assert len({x.tobytes() for x in [*a, *b]}) == 12, "no two images identical"
+    # B is A's view moved by 1-2 px: closer to some shift of A than to A itself
+    x, y = a[0].astype(float), b[0].astype(float)
+    moved = min(
+        np.abs(np.roll(x, (dy, dx), (0, 1))[4:-4, 4:-4] - y[4:-4, 4:-4]).mean()
+        for dy in range(-2, 3)
+        for dx in range(-2, 3)
+        if (dy, dx) != (0, 0)
+    )
+    assert moved < np.abs(x - y)[4:-4, 4:-4].mean()
+
+    def side(smaller: float, ours: list[float], theirs: list[float]) -> dict:
+        sizes = {"raw": {"bytes_per_pair": 100.0, "psnr": None, "smaller": 1.0}}
+        sizes["jpeg90"] = {"bytes_per_pair": 100 / smaller, "psnr": 33.0, "smaller": smaller}
+        for row in sizes.values():
+            row["write_pairs_per_s"] = 1.0
+        speed = {"ffcv-pairs jpeg": ours, "upstream jpeg": theirs, "ffcv-pairs raw": ours}
+        ratios = [o / t for o, t in zip(ours, theirs)]
+        return {"pairs": 8, "sizes": sizes, "speed": speed, "ratios": ratios}
+
+    res = {
+        "cores": 2,
+        "rounds": 3,
+        "sides": {"64": side(5.6, [11, 12, 13], [10] * 3), "224": side(4.0, [9, 11, 12], [10] * 3)},
+        "startup": {"samples": 3_000_000, "seconds": {"raw": [0.8] * 3, "jpeg": [0.9, 1.2, 1.3]}},
+    }
+    text = "\n".join(compression_lines(res))
+    assert "- 64x64: quality 90 is 5.6x smaller: PASS" in text
+    assert "- 224x224: quality 90 is 4.0x smaller: MISS" in text
+    assert "- 64x64: 1.20x upstream per image (median): PASS" in text
+    assert "- 224x224: 1.10x upstream per image (median): STRADDLES" in text
+    assert "- start-up at 3,000,000 JPEG samples: 1.20 s (median): MISS" in text

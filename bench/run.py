@@ -193,6 +193,7 @@ def _jpeg_big(args: argparse.Namespace) -> int:
         sys.stderr.write(f"bench: {e}\n")
         return 2
     out = args.out or BENCH_DIR / "results"
+    out.mkdir(parents=True, exist_ok=True)
     date = args.date or datetime.date.today().isoformat()
     (out / f"jpeg-larger-than-ram-{date}.json").write_text(json.dumps(res, indent=1))
     md = out / f"jpeg-larger-than-ram-{date}.md"

@@ -4,6 +4,7 @@ report, the sidecar it writes and what a failure says was kept."""
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +138,20 @@ class Conversion:
         files.stats_partial.unlink(missing_ok=True)
         self.journal.remove()
         return "nothing was kept: rerun once there is room" if room else "nothing was kept"
+
+    def progress_bar(self, initial: int) -> Any:
+        """The tqdm bar of the page phase on stderr (off without ``progress``)."""
+        from tqdm import tqdm
+
+        return tqdm(
+            total=self.layout.num_samples,
+            initial=initial,
+            unit="pair",
+            disable=not self.progress,
+            file=sys.stderr,
+            desc=self.files.out.name,
+            dynamic_ncols=True,
+        )
 
     def pages_kept(self, kept: int) -> str:
         return f"{kept} of {self.layout.num_pages} pages"

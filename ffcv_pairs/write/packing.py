@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -313,24 +312,14 @@ class PackedConversion(Conversion):
         return [(s, min(n, s + per)) for s in range(start, n, per)]
 
     def _pages(self, packer: _Packer, fd: int) -> None:
-        from tqdm import tqdm
-
         global _JOB
-        schema, n = self.layout.schema, self.layout.num_samples
+        schema = self.layout.schema
         tasks = self._tasks(packer.next, self.workers)
         _JOB = _EncodeJob(
             self.src, (schema.a, schema.b), self.conv, self.order, (self.journal.fd, fd)
         )
         try:
-            with tqdm(
-                total=n,
-                initial=packer.next,
-                unit="pair",
-                disable=not self.progress,
-                file=sys.stderr,
-                desc=self.files.out.name,
-                dynamic_ncols=True,
-            ) as packer.bar:
+            with self.progress_bar(packer.next) as packer.bar:
                 run_tasks(
                     _encode,
                     tasks,

@@ -21,7 +21,6 @@ same bytes as an uninterrupted run.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
@@ -140,7 +139,6 @@ class _PageConversion(Conversion):
             return len(tracker.digests) - len(tracker.pending)
 
     def _pages(self, tracker: PageTracker) -> None:
-        from tqdm import tqdm
 
         plan, stats_fd, n = tracker.plan, tracker.stats_fd, self.layout.num_samples
         job = Job(self.src, self.layout, self.conv, self.files.partial, self.order)
@@ -153,15 +151,7 @@ class _PageConversion(Conversion):
             job.board = Board(workers, step_words(self.src, self.layout, self.files.partial))
         set_job(job)
         try:
-            with tqdm(
-                total=n,
-                initial=max(0, n - sum(plan.samples)),
-                unit="pair",
-                disable=not self.progress,
-                file=sys.stderr,
-                desc=self.files.out.name,
-                dynamic_ncols=True,
-            ) as tracker.bar:
+            with self.progress_bar(max(0, n - sum(plan.samples))) as tracker.bar:
                 run_tasks(
                     run_task,
                     plan.tasks,

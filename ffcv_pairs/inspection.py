@@ -67,9 +67,8 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
         if name in PairSchema.IMAGE_FIELDS:
             spec = reader.schema.spec(name)
             detail = f"{spec.dtype} {list(spec.shape)} ({spec.nbytes} bytes)"
-            sizes = reader.stored_bytes(name)
-            if spec.jpeg is not None and isinstance(sizes, np.ndarray):
-                mean = float(sizes.mean())
+            if spec.jpeg is not None:
+                mean = float(np.mean(reader.stored_bytes(name)))
                 detail += f" as {spec.jpeg.describe()}: {mean:,.0f} bytes on average"
         else:
             detail = "int64 scalar (in the metadata table)"

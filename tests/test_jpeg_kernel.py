@@ -139,11 +139,10 @@ def test_round_trip_within_jpeg_tolerance_in_every_layout(shape, quality) -> Non
     assert len(jpeg) < image.nbytes
     out = np.zeros(shape, np.uint8)
     src = np.concatenate([np.zeros(5, np.uint8), jpeg])
-    scratch = np.zeros(40 * 56 * 3, np.uint8)
     first = CHW if layout == "chw" else HWC
     channels = 1 if len(shape) == 2 else shape[0 if layout == "chw" else 2]
     view = out.reshape(40, 56, 1) if len(shape) == 2 else out
-    assert decode_image(src, 5, len(jpeg), view, first, channels, scratch) == 0
+    assert decode_image(src, 5, len(jpeg), view, first, channels) == 0
     least = {75: 27.0, 90: 29.0, 95: 30.0}[quality]  # RGB here: 28.8, 30.8, 31.5 (OpenCV)
     assert psnr(out, image) > least, psnr(out, image)
     # the layout is right: each channel of the output matches its own channel of the input
@@ -180,10 +179,9 @@ def test_a_jpeg_of_another_size_is_refused_not_decoded_at_another_scale() -> Non
     image = np.random.default_rng(0).integers(0, 256, (16, 24, 3), dtype=np.uint8)
     jpeg = encode_jpeg(image, "hwc", 90)
     assert header_size(jpeg, 0, len(jpeg)) == (16, 24)
-    scratch = np.empty(16 * 24 * 3, dtype=np.uint8)
     out = np.empty((16, 24, 3), dtype=np.uint8)
-    assert decode_image(jpeg, 0, len(jpeg), out, HWC, 3, scratch) == 0
+    assert decode_image(jpeg, 0, len(jpeg), out, HWC, 3) == 0
     small = np.empty((8, 12, 3), dtype=np.uint8)  # a 1/2 decode would fit: refused
-    assert decode_image(jpeg, 0, len(jpeg), small, HWC, 3, scratch) == -1
+    assert decode_image(jpeg, 0, len(jpeg), small, HWC, 3) == -1
     assert header_size(jpeg[:20], 0, 20) == (-1, -1)  # cut before the frame header
     assert header_size(jpeg, 1, len(jpeg) - 1) == (-1, -1)  # not at a start-of-image

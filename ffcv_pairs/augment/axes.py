@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..format.schema import ArraySpec
+from ..format.schema import ArraySpec, channel_axis
 
 __all__ = ["ImageAxes", "image_axes"]
 
@@ -44,8 +44,8 @@ class ImageAxes:
 def image_axes(spec: ArraySpec, channels: str = "auto", name: str = "image") -> ImageAxes:
     """Infer (or check) where the channel axis of ``spec`` is.
 
-    ``auto``: 2-d is ``none``; 3-d takes the axis (first or last) that is strictly
-    smaller than the other two as channels.
+    ``auto``: :func:`~ffcv_pairs.format.schema.channel_axis` (2-d is ``none``; 3-d takes the
+    axis, first or last, that is strictly smaller than the other two as channels).
     """
     shape = spec.shape
     if len(shape) == 2:
@@ -55,15 +55,13 @@ def image_axes(spec: ArraySpec, channels: str = "auto", name: str = "image") -> 
     if len(shape) != 3:
         raise ValueError(f"{name}: augmentation needs 2-d or 3-d images, got shape {shape}")
     if channels == "auto":
-        if shape[0] < min(shape[1:]):
-            channels = "first"
-        elif shape[2] < min(shape[:2]):
-            channels = "last"
-        else:
+        found = channel_axis(shape)
+        if found is None:
             raise ValueError(
                 f"{name}: cannot tell the channel axis of shape {shape}; set "
                 f"augment channels: first (C,H,W) or last (H,W,C)"
             )
+        channels = found
     if channels == "first":
         return ImageAxes("first", shape[1], shape[2], shape[0])
     if channels == "last":

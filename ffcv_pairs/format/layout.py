@@ -241,10 +241,6 @@ class BetonLayout(_Tables):
         return rows.reshape(-1)
 
 
-def _no_rows() -> np.ndarray:
-    return np.zeros((0, 2), dtype=np.uint64)
-
-
 @dataclass(frozen=True)
 class PackedLayout(_Tables):
     """A `.beton` whose samples were packed into ``num_pages`` pages in order.
@@ -254,8 +250,8 @@ class PackedLayout(_Tables):
             their sizes in bytes (rows of samples not yet packed are 0).
     """
 
-    ptrs: np.ndarray = dataclasses.field(repr=False, default_factory=_no_rows)
-    sizes: np.ndarray = dataclasses.field(repr=False, default_factory=_no_rows)
+    ptrs: np.ndarray = dataclasses.field(repr=False)
+    sizes: np.ndarray = dataclasses.field(repr=False)
     pages: int = 0
 
     def __post_init__(self) -> None:

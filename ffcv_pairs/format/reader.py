@@ -183,19 +183,18 @@ class PairReader(Reader):
         """``(num_samples, 2)`` uint64: the stored bytes of A and B of every sample, from the
         allocation table (one numpy pass; JPEG fields vary, raw ones are their size)."""
         if self._sizes is None:
-            n = self.num_samples
-            table = self.alloc_table
-            ids = table["sample_id"]
-            pairs = table.reshape(-1, 2) if len(table) == 2 * n else None
-            if pairs is not None and self._in_writer_order(pairs):
+            n, table = self.num_samples, self.alloc_table
+            if len(table) == 2 * n and self._in_writer_order(table.reshape(n, 2)):
+                pairs = table.reshape(n, 2)
                 self._sizes = pairs["size"]  # a view of the mapping: no copy
                 self._rows = pairs.reshape(-1).view("<u8").reshape(n, 2, 3)  # id, ptr, size
                 return self._sizes
-            sizes = np.zeros((n, 2), dtype=np.uint64)
+            ids = table["sample_id"]
             if len(table) != 2 * n or int(ids.max()) >= n:
                 raise self._fail(
                     f"corrupt allocation table: {len(table)} rows for {n} samples of 2 images"
                 )
+            sizes = np.zeros((n, 2), dtype=np.uint64)
             is_a = table["ptr"] == self.image_pointers(PairSchema.IMAGE_FIELDS[0])[ids]
             sizes[ids[is_a], 0] = table["size"][is_a]
             sizes[ids[~is_a], 1] = table["size"][~is_a]

@@ -6,15 +6,13 @@ A `.beton` written by this project holds three fields, in this order:
 project spells these names out; it asks the schema.
 
 An image field may be *quantized*: floats of a declared range stored as uint8
-(:class:`Quantization`). It may be *JPEG*-compressed (:class:`Jpeg`): then it is
-upstream's ``RGBImageField`` in JPEG mode, one JPEG per image of variable size, so
-plain FFCV decodes it too (as RGB). The file says so in a note at byte
-:data:`NOTE_OFFSET` of the field's 1024-byte argument block, after what upstream's
-``NDArrayField`` keeps there (its shape, and its dtype as JSON: under 300 bytes;
-``RGBImageField`` keeps nothing). Upstream ignores the note; this project reads
-quantized values back in the original range (see ``LoaderConfig.dequantize``) and a
-JPEG back in the image's own shape (the note keeps it: ``(C, H, W)``, ``(H, W, C)`` or
-``(H, W)``, 1 or 3 channels).
+(:class:`Quantization`); or *JPEG*-compressed (:class:`Jpeg`): upstream's
+``RGBImageField`` in JPEG mode, which plain FFCV decodes too (as RGB). The file says
+so in a note at byte :data:`NOTE_OFFSET` of the field's 1024-byte argument block,
+after what upstream's ``NDArrayField`` keeps there (shape and dtype as JSON: under 300
+bytes; ``RGBImageField`` keeps nothing). Upstream ignores the note; this project reads
+quantized values back in their range (``LoaderConfig.dequantize``) and a JPEG in the
+image's own shape, which the note keeps.
 """
 
 from __future__ import annotations
@@ -38,6 +36,7 @@ __all__ = [
     "JpegLayout",
     "PairSchema",
     "Quantization",
+    "channel_axis",
     "jpeg_layout",
 ]
 
@@ -51,22 +50,30 @@ _NOTE_ROOM = 1024 - NOTE_OFFSET
 JpegLayout = Literal["chw", "hwc", "hw"]
 
 
-def jpeg_layout(shape: tuple[int, ...]) -> JpegLayout:
-    """How an image of ``shape`` maps to a JPEG's rows, columns and channels.
-
-    The channel axis is found as ``augment.axes.image_axes`` finds it ("auto": the first
-    or last axis, strictly smaller than the other two), so writer and loader read one
-    shape alike.
-
-    Raises:
-        ValueError: for anything but ``(C, H, W)``, ``(H, W, C)`` with C = 1 or 3, or
-            ``(H, W)``; the message gives the shape.
-    """
+def channel_axis(shape: tuple[int, ...]) -> Literal["first", "last", "none"] | None:
+    """Where an image's channels are, read from its shape alone: ``none`` for 2-d; for 3-d
+    the first or last axis, whichever is strictly smaller than the other two; None when
+    neither is (or for another number of axes)."""
     if len(shape) == 2:
+        return "none"
+    if len(shape) != 3:
+        return None
+    if shape[0] < min(shape[1:]):
+        return "first"
+    if shape[2] < min(shape[:2]):
+        return "last"
+    return None
+
+
+def jpeg_layout(shape: tuple[int, ...]) -> JpegLayout:
+    """How an image of ``shape`` maps to a JPEG: its :func:`channel_axis` (as the
+    augmentation reads it), with 1 or 3 channels; else a ValueError giving the shape."""
+    axis = channel_axis(shape)
+    if axis == "none":
         return "hw"
-    if len(shape) == 3 and shape[0] in (1, 3) and shape[0] < min(shape[1:]):
+    if axis == "first" and shape[0] in (1, 3):
         return "chw"
-    if len(shape) == 3 and shape[2] in (1, 3) and shape[2] < min(shape[:2]):
+    if axis == "last" and shape[2] in (1, 3):
         return "hwc"
     raise ValueError(
         f"JPEG stores images of shape (C, H, W), (H, W, C) or (H, W) with C = 1 or 3, "

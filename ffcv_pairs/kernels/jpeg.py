@@ -171,7 +171,7 @@ def header_size(src, start, size):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def decode_image(src, start, size, out, channels_first, channels, scratch):  # pragma: no cover
+def decode_image(src, start, size, out, channels_first, channels):  # pragma: no cover - JIT
     """Decode one stored image at full size into ``out`` in its stored layout.
 
     Args:
@@ -180,7 +180,8 @@ def decode_image(src, start, size, out, channels_first, channels, scratch):  # p
             as ``(H, W, 1)``).
         channels_first: :data:`CHW` or :data:`HWC`.
         channels: 1 or 3 (one channel takes the first of the decoded three, which agree).
-        scratch: uint8 array of at least ``H * W * 3`` bytes (one per thread).
+            Packed RGB (three channels last) is decoded in place; any other layout through
+            a scratch of ``H * W * 3`` bytes.
 
     Returns:
         0, or -1 for a corrupt or truncated JPEG, or one whose frame header gives another
@@ -195,11 +196,10 @@ def decode_image(src, start, size, out, channels_first, channels, scratch):  # p
     if h != height or w != width:
         return -1
     plane = height * width
-    rgb = scratch[: plane * 3]
-    if channels == 3 and channels_first == HWC:
-        rgb = out.reshape(-1)  # decode in place
+    in_place = channels == 3 and channels_first == HWC
+    rgb = out.reshape(-1) if in_place else np.empty(plane * 3, dtype=np.uint8)
     status = decode_rgb(src, start, size, rgb, height, width, 1)
-    if status != 0 or (channels == 3 and channels_first == HWC):
+    if status != 0 or in_place:
         return status
     flat = out.reshape(-1)
     if channels_first == CHW:
@@ -230,10 +230,8 @@ def _unpack_sample(i, batch, mm, sizes, out, forms):  # pragma: no cover - JIT
             first, channels = forms[t, FORM_CHANNELS_FIRST], forms[t, FORM_CHANNELS]
             h, w = forms[t, FORM_HEIGHT], forms[t, FORM_WIDTH]
             shape = (channels, h, w) if first == CHW else (h, w, channels)
-            image = dst.reshape(shape)
-            scratch = np.empty(0 if channels == 3 and first == HWC else h * w * 3, np.uint8)
             size = sizes[batch.ids[i], t]
-            if decode_image(mm, start, size, image, first, channels, scratch) != 0:
+            if decode_image(mm, start, size, dst.reshape(shape), first, channels) != 0:
                 return t + 1
         offset += nbytes
     return 0

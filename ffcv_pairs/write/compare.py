@@ -39,8 +39,7 @@ def stored_image(reader: PairReader, field: str, sid: int) -> np.ndarray:
     h, w = spec.height_width
     first = spec.layout == "chw"
     out = np.empty((spec.channels, h, w) if first else (h, w, spec.channels), dtype=np.uint8)
-    scratch = np.empty(h * w * 3, dtype=np.uint8)
-    if decode_image(data, 0, len(data), out, CHW if first else HWC, spec.channels, scratch):
+    if decode_image(data, 0, len(data), out, CHW if first else HWC, spec.channels):
         raise BetonError(f"{reader.path}: sample {sid} field {field!r}: corrupt JPEG")
     return out.reshape(spec.shape)
 

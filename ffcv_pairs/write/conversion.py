@@ -1,5 +1,5 @@
-"""What every conversion shares, fixed-size or packed: its inputs once checked, its
-report, the sidecar it writes and what a failure says was kept."""
+"""What every conversion shares, fixed-size or packed: its inputs once checked, what
+``resume`` keeps, its report, the sidecar it writes and what a failure says was kept."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .._version import __version__
 from ..format.layout import BetonLayout, PackedLayout
@@ -16,14 +16,24 @@ from ..format.schema import PairSchema
 from ..format.sidecar import Manifest
 from ..format.stats import stats_entry
 from .convert import Converter
-from .finish import Outputs
-from .journal import Journal
+from .finish import Outputs, PageDigests, complete_renames, up_to_date
+from .journal import Journal, what_changed
 from .pool import WriteError, WriteInterrupted
 from .shuffle import PERMUTATION, Permutation
 from .sources import PairSource, SourceError
 from .space import allocated, disk_full, no_space
 
-__all__ = ["Conversion", "WriteReport"]
+__all__ = ["Conversion", "PageBook", "WriteReport"]
+
+
+class PageBook(Protocol):
+    """The page phase's record of finished pages: their digests, those not yet journaled,
+    and the flush that journals them."""
+
+    digests: PageDigests
+    pending: list[tuple[int, int, bytes]]
+
+    def flush(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -104,9 +114,45 @@ class Conversion:
             samples_written=samples,
         )
 
-    def failed(self, e: BaseException, kept: int) -> BaseException:
-        """The error to raise after the conversion failed with ``kept`` pages journaled,
-        saying what was kept."""
+    def resumable(self) -> PageDigests | None:
+        """The journaled pages to keep; None when the conversion turns out to be complete.
+
+        Raises:
+            SourceError: the journal's fingerprint differs from this run's.
+        """
+        files = self.files
+        old, done = self.journal.read()
+        if old is None:  # nothing interrupted: maybe a finished file of the same conversion
+            if files.out.exists() and up_to_date(files, self.fingerprint):
+                return None
+            return {}
+        change = what_changed(old, self.fingerprint)
+        if change is not None:
+            raise SourceError(
+                f"{files.out}: cannot resume: {change}; rerun without --resume to start over"
+            )
+        if not files.partial.exists():  # killed while renaming?
+            return None if complete_renames(files, self.layout_of(done), done) else {}
+        return done if self.partial_fits() else {}
+
+    def layout_of(self, done: PageDigests) -> BetonLayout | PackedLayout:
+        """The layout of the file whose pages ``done`` lists (known in advance here)."""
+        return self.layout
+
+    def partial_fits(self) -> bool:
+        """Whether ``OUT.partial`` can hold the journaled pages."""
+        return True
+
+    def failed(self, e: BaseException, book: PageBook | None) -> BaseException:
+        """The error to raise after the conversion failed, saying what was kept of the
+        pages ``book`` holds (None: no page phase yet)."""
+        kept = 0
+        if book is not None:
+            try:
+                book.flush()
+                kept = len(book.digests)
+            except (OSError, SourceError):  # the journal holds what it held before
+                kept = len(book.digests) - len(book.pending)
         out = self.files.out
         if no_space(e):
             missing = self.layout.file_size - allocated(self.files.partial)

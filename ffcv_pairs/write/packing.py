@@ -32,8 +32,8 @@ from . import tracker
 from .conversion import Conversion, WriteReport
 from .convert import Converter
 from .encode import encode_jpeg
-from .finish import complete_renames, finish_file, fsync_dir, up_to_date
-from .journal import PageDigests, what_changed
+from .finish import finish_file, fsync_dir
+from .journal import PageDigests
 from .pool import run_tasks
 from .shuffle import Permutation
 from .sources import PairSource, SourceError
@@ -212,13 +212,6 @@ class _Packer:
         self.last = time.monotonic()
         hook("journal", len(self.digests))
 
-    def journaled(self) -> int:
-        try:
-            self.flush()
-            return len(self.digests)
-        except (OSError, SourceError):
-            return len(self.digests) - len(self.pending)
-
 
 class PackedConversion(Conversion):
     """A conversion with JPEG fields: see the module docstring."""
@@ -228,6 +221,10 @@ class PackedConversion(Conversion):
 
     def pages_kept(self, kept: int) -> str:
         return f"{kept} pages"
+
+    def layout_of(self, done: PageDigests) -> PackedLayout:
+        self.layout = replace(self.layout, pages=len(done))
+        return self.layout
 
     def _kept_pages(self, fd: int, done: PageDigests) -> tuple[PageDigests, int]:
         """The journaled pages from the start on, their samples' pointers, sizes and labels
@@ -261,22 +258,10 @@ class PackedConversion(Conversion):
     def run(self, resume: bool) -> WriteReport:
         files = self.files
         self.labels = np.zeros(self.layout.num_samples, dtype=np.int64)
-        old, done = self.journal.read() if resume else (None, {})
-        if resume and old is None and files.out.exists() and up_to_date(files, self.fingerprint):
+        done = self.resumable() if resume else {}
+        if done is None:
             self.journal.remove()
-            return self.report([0, 0], 0, 0.0, 0)
-        if old is not None:
-            change = what_changed(old, self.fingerprint)
-            if change is not None:
-                raise SourceError(
-                    f"{files.out}: cannot resume: {change}; rerun without --resume to start over"
-                )
-            if not files.partial.exists():  # killed while renaming?
-                self.layout = replace(self.layout, pages=len(done))
-                if complete_renames(files, self.layout, done):
-                    self.journal.remove()
-                    return self.report([0, 0], 0, 0.0, len(done))
-                done = {}
+            return self.report([0, 0], 0, 0.0, self.layout.num_pages)
         fd = -1
         packer: _Packer | None = None
         try:
@@ -299,7 +284,7 @@ class PackedConversion(Conversion):
             hook("sidecar")
             self.journal.remove()
         except BaseException as e:
-            raise self.failed(e, packer.journaled() if packer else 0) from None
+            raise self.failed(e, packer) from None
         finally:
             if fd >= 0:
                 os.close(fd)

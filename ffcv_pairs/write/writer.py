@@ -42,13 +42,11 @@ from .conversion import Conversion, WriteReport
 from .convert import Converter
 from .finish import (
     Outputs,
-    complete_renames,
     finish_file,
     fsync_dir,
     open_stats_partial,
-    up_to_date,
 )
-from .journal import Journal, journal_path, what_changed
+from .journal import Journal, journal_path
 from .packing import PackedConversion
 from .plan import make_plan
 from .pool import WriteError, run_tasks, signals_as_exceptions
@@ -73,30 +71,12 @@ class _PageConversion(Conversion):
 
     layout: BetonLayout
 
-    def _resumable(self) -> dict[int, tuple[int, bytes]] | None:
-        """The journaled pages to keep; None when the conversion turns out to be complete.
-
-        Raises:
-            SourceError: the journal's fingerprint differs from this run's.
-        """
-        files, layout = self.files, self.layout
-        old, done = self.journal.read()
-        if old is None:  # nothing interrupted: maybe a finished file of the same conversion
-            if files.out.exists() and up_to_date(files, self.fingerprint):
-                return None
-            return {}
-        change = what_changed(old, self.fingerprint)
-        if change is not None:
-            raise SourceError(
-                f"{files.out}: cannot resume: {change}; rerun without --resume to start over"
-            )
-        if not files.partial.exists():  # killed while renaming?
-            return None if complete_renames(files, layout, done) else {}
-        return done if files.partial.stat().st_size == layout.file_size else {}
+    def partial_fits(self) -> bool:
+        return self.files.partial.stat().st_size == self.layout.file_size
 
     def run(self, resume: bool) -> WriteReport:
         layout, files = self.layout, self.files
-        done = self._resumable() if resume else {}
+        done = self.resumable() if resume else {}
         if done is None:
             self.journal.remove()
             return self.report([0, 0], 0, 0.0, layout.num_pages)
@@ -122,21 +102,12 @@ class _PageConversion(Conversion):
             hook("sidecar")  # every file in place, the journal not yet removed
             self.journal.remove()  # here: a signal before it is reported with what is left
         except BaseException as e:
-            raise self.failed(e, self._journaled(tracker)) from None
+            raise self.failed(e, tracker) from None
         finally:
             for fd in (tracker.fd, tracker.stats_fd):
                 if fd is not None and fd >= 0:
                     os.close(fd)
         return self.report(tracker.reads, tracker.samples, page_seconds, len(done))
-
-    @staticmethod
-    def _journaled(tracker: PageTracker) -> int:
-        """Pages the journal holds once what it can take is flushed."""
-        try:
-            tracker.flush()
-            return len(tracker.digests)
-        except (OSError, SourceError):  # the journal holds what it held before
-            return len(tracker.digests) - len(tracker.pending)
 
     def _pages(self, tracker: PageTracker) -> None:
 

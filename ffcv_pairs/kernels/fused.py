@@ -128,7 +128,10 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
             place = geometry_params(geo, clock, sid, 1, image.height, image.width)
         chans = _channels(image, geo)
         if geo.resize and ops.kind == OUT_UINT8 and not ops.photometric:
-            resize_sample(job.mm, start, out, 0, _resize_shape(image, geo), place, work.resize)
+            # out is uint8 here; its byte view gives resize_sample the staging image's type,
+            # so it compiles once per kernel, not again for each output dtype.
+            stage = out.view(np.uint8)
+            resize_sample(job.mm, start, stage, 0, _resize_shape(image, geo), place, work.resize)
             continue
         if geo.identity:
             x = job.mm[start : start + chans.planes * chans.plane_size]
@@ -146,12 +149,10 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
         finish(x, out, chans, draw, mean, OutputSpec(ops.kind, ops.norm[t], ops.table), work.pixels)
 
 
-@nb.njit(cache=True, nogil=True)
-def _fused_range(lo, hi, job):  # pragma: no cover - JIT
-    """Samples ``[lo, hi)``, with this thread's scratch."""
-    works = FieldPair(_field_work(job.stored.a, job.geo), _field_work(job.stored.b, job.geo))
-    for i in range(lo, hi):
-        _fused_sample(i, job, works)
+@nb.njit(cache=True, nogil=True, inline="always")
+def _works(job):  # pragma: no cover - JIT
+    """A thread's scratch for :func:`_fused_sample`."""
+    return FieldPair(_field_work(job.stored.a, job.geo), _field_work(job.stored.b, job.geo))
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
@@ -188,11 +189,15 @@ def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma
             photo,
             FusedOps(photometric, kind, norm, table, fills, clock, stats, stats_use, threads),
         )
-        _fused_range(t * n // chunks, (t + 1) * n // chunks, job)
+        works = _works(job)
+        for i in range(t * n // chunks, (t + 1) * n // chunks):
+            _fused_sample(i, job, works)
 
 
 @nb.njit(cache=True, nogil=True)
 def fused_pairs_serial(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma: no cover
     """:func:`fused_pairs` on one thread (no parallel runtime)."""
     job = _Job(batch, mm, outs, FieldPair(stored_a, stored_b), geo, photo, ops)
-    _fused_range(0, len(batch.ids), job)
+    works = _works(job)
+    for i in range(len(batch.ids)):
+        _fused_sample(i, job, works)

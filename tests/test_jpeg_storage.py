@@ -16,6 +16,8 @@ from writer_proc import finish, start_writer
 from ffcv_pairs import ArraySource, LoaderError, PairAugment, make_loader, write_pairs
 from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.reader import PairReader
+from ffcv_pairs.kernels.decode import decode_pairs, decode_pairs_serial
+from ffcv_pairs.kernels.fused import fused_pairs, fused_pairs_serial
 from ffcv_pairs.load import prefetch
 from ffcv_pairs.write import tracker
 from ffcv_pairs.write.sources import SourceError
@@ -141,6 +143,8 @@ def test_augmentation_draws_as_on_raw_data_and_pairs_identical_images(
     da, db, _ = batches(path)
     raw = tmp_path / "raw.beton"
     write_pairs(ArraySource(da, db, np.arange(48) * 3), raw, progress=False, workers=1)
+    kernels = (fused_pairs, fused_pairs_serial, decode_pairs, decode_pairs_serial)
+    before = [set(k.overloads) for k in kernels]
     for cache in (True, False):
         got = batches(path, aug, os_cache=cache)
         want = batches(raw, aug, os_cache=cache)
@@ -148,6 +152,15 @@ def test_augmentation_draws_as_on_raw_data_and_pairs_identical_images(
             np.testing.assert_array_equal(g, w)
         if aug.noise_std == 0:  # noise is drawn per image unless noise_paired
             np.testing.assert_array_equal(got[0], got[1])
+    # The file's mapping, the process cache's slots and the decoded JPEGs reach a kernel
+    # as the same types, so it compiles (tens of seconds) once for all of them.
+    for kernel, seen in zip(kernels, before):
+        added = set(kernel.overloads) - seen
+        assert len(added) <= 1, (kernel.__name__, added)
+        for refs, mm, *_ in added:
+            ptrs = (refs.types[2], refs.types[3], mm)
+            assert all(p.layout == "A" or p is mm for p in ptrs), (kernel.__name__, ptrs)
+            assert not any(p.mutable for p in ptrs), (kernel.__name__, ptrs)
 
 
 def test_prefetch_by_pages_or_by_images_never_changes_a_batch(

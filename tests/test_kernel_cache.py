@@ -139,3 +139,45 @@ def test_the_cache_keeps_intrinsic_and_plain_kernels_apart(tmp_path: Path) -> No
         assert run["bytes"] == [1, 1, 1] + [0] * 13, (i, run)
     index = sorted(p.name for p in cache.rglob("_twin_probe.probe-*.nbi"))
     assert len(index) == 2 and "-intrinsic." in index[0] and "-plain." in index[1], index
+
+
+SHARED = """
+import json, sys, numpy as np
+from ffcv_pairs.kernels._cache import SharedCompile
+from ffcv_pairs.kernels.bytesums import image_stats
+images, out = np.zeros((2, 48), np.uint8), np.zeros((2, 4), np.uint32)
+print("ready", flush=True)
+SharedCompile()(image_stats, images, 1, out)
+s = image_stats.stats
+print(json.dumps({"hits": sum(s.cache_hits.values()), "misses": sum(s.cache_misses.values())}))
+"""
+
+
+def test_processes_needing_a_new_kernel_at_once_compile_it_once(tmp_path: Path) -> None:
+    """Two processes reach a kernel's first call together (DDP ranks): one compiles, the other
+    waits on the lock beside the cache, then loads the kernel from it."""
+    import fcntl
+
+    copy = _copy_kernels(tmp_path)
+    lock = copy / "kernels" / "__pycache__" / "ffcv_pairs.kernels.bytesums.image_stats.lock"
+    lock.parent.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": ""}
+    with open(lock, "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # both start, then race for it as soon as it is free
+        probes = [
+            subprocess.Popen(
+                [sys.executable, "-c", SHARED],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        for p in probes:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    outs = [p.communicate(timeout=300) for p in probes]
+    assert all(p.returncode == 0 for p in probes), [err[-2000:] for _, err in outs]
+    stats = sorted(json.loads(out.strip().splitlines()[-1])["misses"] for out, _ in outs)
+    assert stats == [0, 1], stats  # one compiled; the other loaded its machine code

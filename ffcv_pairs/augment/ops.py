@@ -20,6 +20,7 @@ from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
 
 from ..format.schema import PairSchema
+from ..kernels import SharedCompile
 from ..kernels.noise import normal_table
 from ..kernels.photometric import ChannelPlanes, PhotometricConfig, photometric
 from ..kernels.pixels import photometric_uint8
@@ -66,7 +67,7 @@ class ResizedCrop(Operation):
 
     def generate_code(self) -> Callable:
         ax, geo, clock, tag = self.axes, self.geo, self.clock, self.tag
-        oh, ow = geo.out_h, geo.out_w
+        oh, ow, call = geo.out_h, geo.out_w, SharedCompile()
 
         def crop(images, dst, indices):
             n = len(indices)
@@ -74,7 +75,7 @@ class ResizedCrop(Operation):
             out = dst[:n] if dst.dtype != np.float16 else np.empty(dst[:n].shape, np.float32)
             integer = out.dtype == np.uint8
             rs = ResizeShape(ax.planes, ax.height, ax.width, ax.pixel, oh, ow, integer)
-            resized_crop(indices, src, out.reshape(n, -1), rs, geo, clock, tag)
+            call(resized_crop, indices, src, out.reshape(n, -1), rs, geo, clock, tag)
             if out is not dst[:n]:
                 dst[:n] = out
             return dst[:n]
@@ -105,15 +106,16 @@ class Photometric(Operation):
     def generate_code(self) -> Callable:
         cfg, clock, tag, table = self.cfg, self.clock, self.tag, normal_table()
         chans, name = channel_planes(self.axes, self.shape), self.name
+        call = SharedCompile()
 
         def jitter(images, _, indices):
             n = len(indices)
             work = _numeric(images[:n]).reshape(n, -1)
             if work.dtype == np.uint8:
-                photometric_uint8(indices, work, cfg, clock, tag, chans, table)
+                call(photometric_uint8, indices, work, cfg, clock, tag, chans, table)
                 return images
             outside = np.zeros((n, 3), dtype=np.float64)
-            photometric(indices, work, cfg, clock, tag, chans, table, outside)
+            call(photometric, indices, work, cfg, clock, tag, chans, table, outside)
             if outside[:, 0].any():
                 _refuse_outside(indices, outside, cfg, name)
             if images.dtype == np.float16:

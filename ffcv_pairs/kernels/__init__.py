@@ -9,7 +9,8 @@ eight-value vector steps), ``photometric`` (the definitions), ``noise`` (the
 counter stream), ``pixels`` (photometric and output in one pass), ``fused``
 (every CPU op of a uint8 batch) and ``jpeg`` (libjpeg-turbo through FFCV's
 extension). Every kernel is cached on disk, keyed on all of these sources (see
-``_cache``).
+``_cache``); :class:`SharedCompile` calls a kernel so that processes needing the same
+new kernel at once compile it once.
 
 The twelve hand-written LLVM intrinsics (``lanes``, ``bytemoves``, ``bytesums``,
 ``floatbits``; ``llvmir`` holds their IR helpers) each have a plain-numba twin of
@@ -18,5 +19,6 @@ the same contract, and ``FFCV_PAIRS_PLAIN_KERNELS=1`` runs the twins everywhere
 """
 
 from . import _cache  # noqa: F401  (first: the cache locators must be in place before any @njit)
+from ._cache import SharedCompile
 
-__all__: list[str] = []
+__all__ = ["SharedCompile"]

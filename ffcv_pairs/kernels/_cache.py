@@ -18,6 +18,8 @@ run of each kind, as ``make test`` does, does not evict the other's kernels.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import pickle
@@ -30,7 +32,7 @@ from numba.core import caching, config
 
 from .twins import VARIANT
 
-__all__ = ["KERNEL_DIR", "PACKAGE_DIR", "kernel_sources_digest"]
+__all__ = ["KERNEL_DIR", "PACKAGE_DIR", "SharedCompile", "kernel_sources_digest"]
 
 KERNEL_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = KERNEL_DIR.parent
@@ -135,3 +137,47 @@ def _load_index_or_empty(self: Any) -> Any:
 
 if getattr(caching.IndexDataCacheFile._load_index, "__name__", "") != "_load_index_or_empty":
     caching.IndexDataCacheFile._load_index = _load_index_or_empty  # type: ignore[method-assign]
+
+
+class SharedCompile:
+    """Calls kernels so that processes that need the same new kernel at once compile it once.
+
+    A kernel's first call with new argument types compiles it (tens of seconds for the fused
+    kernels) and writes it to the on-disk cache. DDP ranks, or several loaders on one
+    machine, reach that first call together, and each would compile the same kernel. Here
+    the first call of each kernel that has no machine code in this process for the arguments'
+    types takes an exclusive lock on a file beside the kernel's cache files: one process
+    compiles; the others wait, then load the kernel from the cache. Later calls go straight
+    to the kernel. Where the cache folder cannot hold the lock, the call goes ahead unlocked.
+
+    numba internals used (numba 0.68.1): ``Dispatcher._cache.cache_path`` (the cache folder)
+    and ``Dispatcher.overloads`` (the compiled signatures).
+    """
+
+    def __init__(self) -> None:
+        self._called: set[int] = set()
+
+    def __call__(self, kernel: Any, *args: Any) -> Any:
+        if id(kernel) in self._called:
+            return kernel(*args)
+        self._called.add(id(kernel))
+        return _locked_first_call(kernel, args)
+
+
+def _locked_first_call(kernel: Any, args: tuple) -> Any:
+    try:
+        types = tuple(kernel.typeof_pyval(a) for a in args)
+    except Exception:  # an argument numba cannot type: the call raises its own error
+        return kernel(*args)
+    folder = getattr(getattr(kernel, "_cache", None), "cache_path", None)
+    if types in kernel.overloads or folder is None:
+        return kernel(*args)
+    func = kernel.py_func
+    lock = Path(folder) / f"{func.__module__}.{func.__qualname__}.lock"
+    with contextlib.ExitStack() as stack:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fcntl.flock(stack.enter_context(open(lock, "ab")), fcntl.LOCK_EX)
+        except OSError:
+            pass  # no lock to be had here (a read-only folder, a file system without locks)
+        return kernel(*args)

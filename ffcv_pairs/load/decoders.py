@@ -30,6 +30,7 @@ from ..augment.config import ImageAxes, PairAugment
 from ..augment.placement import OpPlacement
 from ..format.reader import BetonError, PairReader
 from ..format.schema import ArraySpec, PairSchema
+from ..kernels import SharedCompile
 from ..kernels.decode import (
     BatchRefs,
     FieldPair,
@@ -167,6 +168,7 @@ class PairDecoder(Operation):
         fills = np.zeros((2, max(len(fa.fill), len(fb.fill))), dtype=np.uint8)
         fills[0, : len(fa.fill)], fills[1, : len(fb.fill)] = fa.fill, fb.fill
         geo, clock = self.geo, self.clock
+        call = SharedCompile()
 
         def run(batch, mm, out_a, out_b):
             # numba's thread count is per thread: this epoch thread's, set from its
@@ -176,20 +178,21 @@ class PairDecoder(Operation):
                 planes_view(out_a, fa.out_planes, fa.out_height),
                 planes_view(out_b, fb.out_planes, fb.out_height),
             )
-            kernel(batch, mm, outs, stored_a, stored_b, fills, geo, clock)
+            call(kernel, batch, mm, outs, stored_a, stored_b, fills, geo, clock)
 
         return run
 
     def _fused_code(self) -> Callable:
         cfg = self.fused
         assert cfg is not None
+        call = SharedCompile()
 
         def run(batch, mm, out_a, out_b):
             outs = FieldPair(output_array(out_a), output_array(out_b))
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
             kernel = fused_pairs if threads > 1 else fused_pairs_serial
-            kernel(batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops)
+            call(kernel, batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops)
 
         return run
 
@@ -240,7 +243,7 @@ class JpegPairDecoder(PairDecoder):
         )
         stride, a_bytes = int(forms[:, FORM_BYTES].sum()), np.uint64(forms[0, FORM_BYTES])
         scratch = [np.empty(0, dtype=np.uint8)]  # grown to the largest batch, then reused
-        path = self.path
+        path, call = self.path, SharedCompile()
 
         def source(indices, metadata, storage_state):
             mm, batch = _batch_refs(indices, ptr_a, ptr_b, storage_state, shift)
@@ -249,7 +252,7 @@ class JpegPairDecoder(PairDecoder):
                 scratch[0] = np.empty(n * stride, dtype=np.uint8)
             out = scratch[0][: n * stride].reshape(n, stride)
             kernel = unpack_pairs if nb.get_num_threads() > 1 else unpack_pairs_serial
-            status = kernel(batch, mm, sizes, out, forms)
+            status = call(kernel, batch, mm, sizes, out, forms)
             if status.any():
                 i = int(np.argmax(status != 0))
                 t, sample = int(status[i]) - 1, int(indices[i])
@@ -260,7 +263,8 @@ class JpegPairDecoder(PairDecoder):
                 )
             starts = np.arange(n, dtype=np.uint64) * np.uint64(stride)
             rows = np.arange(n, dtype=np.int64)
-            return out.reshape(-1), BatchRefs(indices, rows, starts, starts + a_bytes)
+            ptrs = _pointer_columns(starts, starts + a_bytes)
+            return _read_only(out.reshape(-1)), BatchRefs(indices, rows, *ptrs)
 
         return source
 
@@ -283,7 +287,27 @@ def _slot_pointers(indices, ptr_a, ptr_b, storage_state, shift):
     for ptrs in (ptr_a, ptr_b):
         p = np.asarray(ptrs[indices], dtype=np.uint64)
         out.append(page_to_slot[p >> shift].astype(np.uint64) * slot_bytes + (p & mask))
-    return memory.reshape(-1), out[0], out[1], np.arange(len(indices), dtype=np.int64)
+    ptrs_a, ptrs_b = _pointer_columns(out[0], out[1])
+    return _read_only(memory.reshape(-1)), ptrs_a, ptrs_b, np.arange(len(indices), dtype=np.int64)
+
+
+# A kernel compiles once per set of argument types, for tens of seconds (the fused one). The
+# file's bytes reach it read-only and its pointers as read-only columns of a table (the
+# mapping's metadata); bytes and pointers made here (the process cache's slots, the batch of
+# decoded JPEGs) are given the same types, so every source runs the same machine code.
+def _pointer_columns(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` and ``b`` as read-only uint64 columns of one ``(n, 2)`` table."""
+    table = np.empty((len(a), 2), dtype=np.uint64)
+    table[:, 0], table[:, 1] = a, b
+    table.flags.writeable = False
+    return table[:, 0], table[:, 1]
+
+
+def _read_only(buffer: np.ndarray) -> np.ndarray:
+    """A read-only view of ``buffer``."""
+    view = buffer.view()
+    view.flags.writeable = False
+    return view
 
 
 class TakeField(Operation):

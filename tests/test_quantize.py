@@ -17,6 +17,7 @@ from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.reader import PairReader
 from ffcv_pairs.format.schema import NOTE_OFFSET, Quantization
 from ffcv_pairs.format.sidecar import manifest_path
+from ffcv_pairs.kernels.fused import fused_pairs, fused_pairs_serial
 from ffcv_pairs.write.sources import SourceError
 
 LO, HI = -1.0, 3.0
@@ -81,6 +82,7 @@ def test_normalisation_is_given_in_the_floats_units(tmp_path: Path) -> None:
     a = floats(16, (3, 4, 4))
     path = written(tmp_path, a, a)
     mean, std = (0.5, 1.0, -0.5), (2.0, 0.5, 1.0)
+    before = {k: set(k.overloads) for k in (fused_pairs, fused_pairs_serial)}
     for out_dtype, tol in (("float32", 1e-5), ("float16", 4e-3), ("bfloat16", 3e-2)):
         aug = PairAugment(normalize_mean=mean, normalize_std=std, out_dtype=out_dtype)
         xa, _, ids = batches(path, augment=aug)
@@ -88,6 +90,8 @@ def test_normalisation_is_given_in_the_floats_units(tmp_path: Path) -> None:
         want = (a[ids] - m) / s
         bound = Quantization(LO, HI).max_error / s.min() + tol * np.abs(want).max()
         assert np.abs(xa.astype(np.float64) - want).max() <= bound
+    for kernel, seen in before.items():  # one compiled kernel writes every output dtype
+        assert len(set(kernel.overloads) - seen) <= 1, kernel.__name__
 
 
 def test_geometry_moves_the_codes_of_a_and_b_together(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ class _Job(NamedTuple):
 
     batch: BatchRefs
     mm: np.ndarray
-    outs: FieldPair  # of the output arrays
+    outs: FieldPair  # of the output arrays, as bytes
     stored: FieldPair  # of StoredImage
     geo: GeometryConfig
     photo: PhotometricConfig
@@ -128,10 +128,7 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
             place = geometry_params(geo, clock, sid, 1, image.height, image.width)
         chans = _channels(image, geo)
         if geo.resize and ops.kind == OUT_UINT8 and not ops.photometric:
-            # out is uint8 here; its byte view gives resize_sample the staging image's type,
-            # so it compiles once per kernel, not again for each output dtype.
-            stage = out.view(np.uint8)
-            resize_sample(job.mm, start, stage, 0, _resize_shape(image, geo), place, work.resize)
+            resize_sample(job.mm, start, out, 0, _resize_shape(image, geo), place, work.resize)
             continue
         if geo.identity:
             x = job.mm[start : start + chans.planes * chans.plane_size]
@@ -162,9 +159,9 @@ def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma
     Args:
         batch: :class:`~ffcv_pairs.kernels.decode.BatchRefs`.
         mm: The file's bytes (the mapping, or the process cache's slots).
-        outs: :class:`~ffcv_pairs.kernels.decode.FieldPair` of ``(batch, output elements)``
-            arrays in the output's dtype (uint8, float32, or uint16 holding float16/bfloat16
-            bits).
+        outs: :class:`~ffcv_pairs.kernels.decode.FieldPair` of ``(batch, output bytes)``
+            uint8 arrays: the output's bytes, whatever its dtype (``ops.kind``: uint8, float32,
+            or the bits of float16 or bfloat16), so one compiled kernel serves every dtype.
         stored_a, stored_b: :class:`~ffcv_pairs.kernels.decode.StoredImage` of the stored uint8
             images (``pixel_bytes``: channels per pixel).
         geo: :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`, ``out_h``/``out_w`` the

@@ -156,7 +156,10 @@ def _chunk(xs, out, draw, offset, spec, work, channel):  # pragma: no cover - JI
 
 @nb.njit(cache=True, nogil=True)
 def finish_image(x, dst, chans, draw, mean, spec, work):  # pragma: no cover - JIT
-    """``dst`` (1-d, the output's dtype) from the uint8 image ``x`` (1-d, same length).
+    """``dst`` (1-d uint8: the output's bytes) from the uint8 image ``x`` (1-d).
+
+    The output's dtype is ``spec.kind``'s, a value at run time: one compiled kernel writes
+    every output dtype (each new dtype used to cost the fused kernel's whole compile).
 
     Args:
         chans: :class:`~ffcv_pairs.kernels.photometric.ChannelPlanes` of the image.
@@ -166,6 +169,17 @@ def finish_image(x, dst, chans, draw, mean, spec, work):  # pragma: no cover - J
         spec: :class:`OutputSpec`.
         work: :class:`PixelWork`.
     """
+    if spec.kind == OUT_UINT8:
+        _finish_typed(x, dst, chans, draw, mean, spec, work)
+    elif spec.kind == OUT_FLOAT32:
+        _finish_typed(x, dst.view(np.float32), chans, draw, mean, spec, work)
+    else:  # the bits of float16 or bfloat16
+        _finish_typed(x, dst.view(np.uint16), chans, draw, mean, spec, work)
+
+
+@nb.njit(cache=True, nogil=True)
+def _finish_typed(x, dst, chans, draw, mean, spec, work):  # pragma: no cover - JIT
+    """:func:`finish_image` into ``dst`` in the output's dtype (same length as ``x``)."""
     offset = np.float32((1.0 - draw.contrast) * mean + 0.5)
     std = np.float32(draw.noise_std)
     p = chans.pixel

@@ -25,10 +25,8 @@ $(STAMP): pyproject.toml
 	fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# torch first and pinned: a bare `torch` requirement pulls a multi-GB CUDA build.
-	@# --no-compile: Python writes each module's .pyc at its first import instead of pip
-	@# compiling every module of torch at install (44 of the install's 82 s on 2 cores).
-	$(PY) -m pip install -q --no-compile $(TORCH)
-	$(PY) -m pip install -q --no-compile -e '.[dev,demo,bench]'
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev,demo,bench]'
 	@touch $@
 
 lint: install

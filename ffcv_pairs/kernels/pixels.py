@@ -211,4 +211,4 @@ def photometric_uint8(ids, x, cfg, clock, tag, chans, table):  # pragma: no cove
         spec = OutputSpec(OUT_UINT8, norm, table)
         d = draw_pixels(cfg, clock, ids[i], tag)
         m = image_mean(x[i], chans, d.bright, True) if cfg.contrast > 0 else 0.0
-        finish_image(x[i], x[i], chans, d, m, spec, new_pixel_work(chans))
+        _finish_typed(x[i], x[i], chans, d, m, spec, new_pixel_work(chans))  # uint8 in place

@@ -110,7 +110,6 @@ class _PageConversion(Conversion):
         return self.report(tracker.reads, tracker.samples, page_seconds, len(done))
 
     def _pages(self, tracker: PageTracker) -> None:
-
         plan, stats_fd, n = tracker.plan, tracker.stats_fd, self.layout.num_samples
         job = Job(self.src, self.layout, self.conv, self.files.partial, self.order)
         job.inherited_fds = (self.journal.fd, tracker.fd)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from bench.gpu import check as G
+from bench.gpu.baseline import MemmapPairs
 
 REPO = Path(__file__).parents[1]
 GPU_STEPS = ["simulation", "data", "cuda-tests", "throughput", "train", "ranks"]
@@ -144,7 +145,7 @@ def test_the_data_step_writes_a_beton(tmp_path: Path) -> None:
         a, _, label = next(iter(make_loader(ctx.files[side], batch_size=8, device="cpu")))
         assert a.shape == (8, 3, side, side) and a.dtype == torch.uint8
         assert set(label.tolist()) <= {0, 1}
-        pairs = G.MemmapPairs(tmp_path, side)
+        pairs = MemmapPairs(tmp_path, side)
         assert len(pairs) == n and torch.equal(
             pairs[3][0], torch.from_numpy(np.load(tmp_path / f"{side}-A.npy")[3])
         )

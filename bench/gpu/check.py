@@ -43,11 +43,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from bench.gpu.baseline import MEAN, STD, dataloader_batches, pairs_per_s
+
 __all__ = ["NO_GPU", "Context", "Step", "StepResult", "main", "make_plan", "render", "run_plan"]
 
 NO_GPU = "gpu-check: no CUDA GPU (torch.cuda.is_available() is False): the CUDA steps were skipped"
 REPO = Path(__file__).resolve().parents[2]
-MEAN, STD = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
 SIZES = (64, 224)
 GLOBAL_BATCH = 1024
 
@@ -162,56 +163,6 @@ def step_cuda_tests(ctx: Context) -> list[str]:
     return _pytest(["tests/test_cuda.py", "tests/test_lightning.py"], "-m", "cuda")
 
 
-def _rate(batches: Callable[[], Any], seconds: float) -> float:
-    """Pairs/s over whole epochs for at least ``seconds``, after one warm-up epoch."""
-    for _ in batches():
-        pass
-    torch.cuda.synchronize()
-    t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds:
-        for *_, label in batches():
-            n += len(label)
-    torch.cuda.synchronize()
-    return n / (time.perf_counter() - t0)
-
-
-class MemmapPairs(torch.utils.data.Dataset):
-    """The baseline's dataset: one pair per ``__getitem__`` from numpy memmaps."""
-
-    def __init__(self, work: Path, side: int):
-        self.prefix, self.arrays = str(work / f"{side}-"), None
-        self.n = len(np.load(self.prefix + "label.npy"))
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        if self.arrays is None:
-            names = ("A", "B", "label")
-            self.arrays = [np.load(f"{self.prefix}{k}.npy", mmap_mode="r") for k in names]
-        a, b, label = self.arrays
-        return torch.from_numpy(np.array(a[i])), torch.from_numpy(np.array(b[i])), int(label[i])
-
-
-def _baseline(ctx: Context, side: int, bs: int) -> Callable[[], Any]:
-    """A plain DataLoader (shuffled, pinned, 12 workers or the cores), then the same
-    normalisation to bfloat16 on the GPU; no flip or crop."""
-    workers = min(12, len(os.sched_getaffinity(0)))
-    loader = torch.utils.data.DataLoader(
-        MemmapPairs(ctx.work, side), batch_size=bs, shuffle=True, num_workers=workers,
-        pin_memory=True, drop_last=True, persistent_workers=True,
-    )  # fmt: skip
-    dev = torch.device("cuda", torch.cuda.current_device())
-    m, s = (torch.tensor(v, device=dev).reshape(1, 3, 1, 1) for v in (MEAN, STD))
-
-    def batches() -> Any:
-        for a, b, label in loader:
-            a, b = (((x.to(dev, non_blocking=True).float() - m) / s).bfloat16() for x in (a, b))
-            yield a, b, label.to(dev, non_blocking=True)
-
-    return batches
-
-
 def step_throughput(ctx: Context) -> list[str]:
     from ffcv_pairs import make_loader
 
@@ -227,9 +178,9 @@ def step_throughput(ctx: Context) -> list[str]:
             a, _, label = next(iter(loader))
             if a.dtype != torch.bfloat16 or not a.is_cuda or not label.is_cuda:
                 raise RuntimeError(f"batch {bs}: got {a.dtype} on {a.device}, want bf16 on cuda")
-            ours = _rate(lambda loader=loader: loader, ctx.args.seconds)
+            ours = pairs_per_s(lambda loader=loader: loader, ctx.args.seconds)
             loader.close()
-            base = _rate(_baseline(ctx, side, bs), ctx.args.seconds)
+            base = pairs_per_s(dataloader_batches(ctx.work, side, bs), ctx.args.seconds)
             rows.append(
                 f"| uint8[3, {side}, {side}] x 2 | {bs} | {ours:,.0f} | {base:,.0f} | "
                 f"{ours / base:.1f}x |"

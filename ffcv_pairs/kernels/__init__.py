@@ -8,7 +8,8 @@ batch from the mapping), ``resize`` (separable bilinear) with ``lanes`` (its
 eight-value vector steps), ``photometric`` (the definitions), ``noise`` (the
 counter stream), ``pixels`` (photometric and output in one pass), ``fused``
 (every CPU op of a uint8 batch) and ``jpeg`` (libjpeg-turbo through FFCV's
-extension). Every kernel is cached on disk, keyed on all of these sources (see
+extension). ``launches`` lets threads launch parallel kernels under any of numba's
+threading layers. Every kernel is cached on disk, keyed on all of these sources (see
 ``_cache``); :class:`SharedCompile` calls a kernel so that processes needing the same
 new kernel at once compile it once.
 

@@ -49,6 +49,7 @@ from ffcv.pipeline.graph import Graph
 
 from ..errors import FfcvPairsError
 from ..format.reader import PairReader
+from ..kernels.launches import kernel_launches
 from .delivery.stage import DeviceStage
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .order import PairTraversalOrder
@@ -272,9 +273,10 @@ class EpochThread(threading.Thread):
             for node, buffer in self.buffers[kind].items():
                 args[f"{prefix}{node}"] = select_buffer(buffer, slot, n)
         code, outputs = self.engine.code
-        for stage_code, defines in code:
-            for node, result in zip(defines, stage_code(**args)):
-                args[f"result_{node}"] = result
+        with kernel_launches():  # numba's workqueue layer aborts on concurrent launches
+            for stage_code, defines in code:
+                for node, result in zip(defines, stage_code(**args)):
+                    args[f"result_{node}"] = result
         batch = tuple(args[f"result_{node}"] for node in outputs)
         return batch if stage is None else stage.send(slot, batch)
 

@@ -15,13 +15,15 @@ TORCH := torch==2.13.0
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@# FFCV's C++ extension finds OpenCV and libjpeg-turbo through pkg-config.
+	@# FFCV's C++ extension finds OpenCV and libjpeg-turbo through pkg-config. Every library
+	@# that `pkg-config --libs opencv4 libturbojpeg` names comes with these packages' Depends;
+	@# their Recommends (37 packages on Debian 12: GTK 3, Qt Quick, VA drivers, Java) are skipped.
 	@if command -v g++ >/dev/null && command -v pkg-config >/dev/null \
 	    && pkg-config --exists opencv4 libturbojpeg; then \
 	  echo "system libraries: present"; \
 	else \
 	  echo "system libraries: installing $(APT_PKGS)"; \
-	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $(APT_PKGS); \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $(APT_PKGS); \
 	fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# torch first and pinned: a bare `torch` requirement pulls a multi-GB CUDA build.

@@ -105,3 +105,29 @@ def test_launches_take_turns_only_where_the_layer_needs_it(
     with launches.kernel_launches():
         assert _held_elsewhere() is takes_turns
     assert launches._side_by_side is (None if layer is None else not takes_turns)
+
+
+def test_a_child_forked_while_a_thread_holds_the_turns_gets_them_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The holder does not exist in the child: its turns must not stay taken there."""
+    monkeypatch.setattr(launches, "_side_by_side", None)
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with launches.kernel_launches():
+            inside.set()
+            leave.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(60)
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 if it gets the turns, 3 if they stay taken
+            os._exit(0 if launches._TURNS.acquire(timeout=10) else 3)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        leave.set()
+        holder.join()
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -13,12 +13,14 @@ Python exception to catch.
 :func:`kernel_launches` makes such launches take turns where they must. numba chooses the
 layer at the first parallel launch of the process, so until one has happened the launches
 take turns; afterwards only under ``workqueue``. Under ``tbb`` or ``omp`` the threads run
-their kernels side by side as before.
+their kernels side by side as before. A process forked while another thread held the
+turns gets them free (the holder does not exist in the child).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 
@@ -29,6 +31,14 @@ __all__ = ["kernel_launches"]
 _TURNS = threading.RLock()
 #: Whether threads may launch parallel kernels at once: None until numba chose its layer.
 _side_by_side: bool | None = None
+
+
+def _free_turns_in_child() -> None:
+    global _TURNS
+    _TURNS = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_free_turns_in_child)
 
 
 @contextlib.contextmanager

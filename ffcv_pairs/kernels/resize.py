@@ -226,6 +226,20 @@ def _planes_row(work, ks, ow):  # pragma: no cover - JIT
                 line[k, x] = q + (rows[k, a + one] - q) * w
 
 
+@nb.njit(cache=True, nogil=True, inline="always", fastmath={"contract"})
+def _rgb_row(row, line, xi, xw, ow):  # pragma: no cover - JIT
+    """One row of interleaved 3-channel pixels: ``line[3x + c]`` from ``row[xi[x] + c]`` and
+    ``row[xi[x] + 3 + c]``."""
+    for x in range(ow):
+        a, w = np.uint64(xi[x]), xw[x]
+        r0, g0, b0 = row[a], row[a + np.uint64(1)], row[a + np.uint64(2)]
+        r1, g1, b1 = row[a + np.uint64(3)], row[a + np.uint64(4)], row[a + np.uint64(5)]
+        o = 3 * x
+        line[o] = r0 + (r1 - r0) * w
+        line[o + 1] = g0 + (g1 - g0) * w
+        line[o + 2] = b0 + (b1 - b0) * w
+
+
 @nb.njit(cache=True, nogil=True, inline="always")
 def _horizontal(rs, dst, d_row, plane_out, work):  # pragma: no cover - JIT
     """One output row of every plane from ``work.rows``: ``dst[d_row + k * plane_out + ...]``.
@@ -242,6 +256,9 @@ def _horizontal(rs, dst, d_row, plane_out, work):  # pragma: no cover - JIT
             ks = ThreePlanes(k, min(k + 1, rs.planes - 1), min(k + 2, rs.planes - 1))
             _planes_row(work, ks, ow)
             k += 3
+    while k < rs.planes and p == 3:
+        _rgb_row(rows[k], line[k], xi, xw, ow)
+        k += 1
     while k < rs.planes:
         for x in range(ow):
             a, w = np.uint64(xi[x]), xw[x]

@@ -352,8 +352,14 @@ def test_the_jpeg_report_judges_each_target_and_its_pairs_differ_by_a_shift() ->
         "rounds": 3,
         "sides": {"64": side(5.6, [11, 12, 13], [10] * 3), "224": side(4.0, [9, 11, 12], [10] * 3)},
         "startup": {"samples": 3_000_000, "seconds": {"raw": [0.8] * 3, "jpeg": [0.9, 1.2, 1.3]}},
+        "small_output": {
+            "stored": 224,
+            "out": 64,
+            "speed": {"reduced": [12, 13, 15], "full": [10] * 3, "upstream": [6, 5, 5]},
+        },
     }
     text = "\n".join(compression_lines(res))
+    assert "| 13 (12-15) | 10 (10-10) | 5 (5-6) | 2.60 (2.00-3.00) | 1.30 (1.20-1.50) |" in text
     assert "- 64x64: quality 90 is 5.6x smaller: PASS" in text
     assert "- 224x224: quality 90 is 4.0x smaller: MISS" in text
     assert "- 64x64: 1.20x upstream per image (median): PASS" in text

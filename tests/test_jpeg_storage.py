@@ -9,15 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reference as ref
 import torch
 from conftest import write_per_sample
 from writer_proc import finish, start_writer
 
 from ffcv_pairs import ArraySource, LoaderError, PairAugment, make_loader, write_pairs
+from ffcv_pairs.augment.axes import image_axes
 from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.reader import PairReader
 from ffcv_pairs.kernels.decode import decode_pairs, decode_pairs_serial
 from ffcv_pairs.kernels.fused import fused_pairs, fused_pairs_serial
+from ffcv_pairs.kernels.jpeg import decode_rgb, scaled_size
 from ffcv_pairs.load import prefetch
 from ffcv_pairs.write import tracker
 from ffcv_pairs.write.sources import SourceError
@@ -146,7 +149,7 @@ def test_augmentation_draws_as_on_raw_data_and_pairs_identical_images(
     kernels = (fused_pairs, fused_pairs_serial, decode_pairs, decode_pairs_serial)
     before = [set(k.overloads) for k in kernels]
     for cache in (True, False):
-        got = batches(path, aug, os_cache=cache)
+        got = batches(path, aug, os_cache=cache, jpeg_downscale=False)
         want = batches(raw, aug, os_cache=cache)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
@@ -161,6 +164,45 @@ def test_augmentation_draws_as_on_raw_data_and_pairs_identical_images(
             ptrs = (refs.types[2], refs.types[3], mm)
             assert all(p.layout == "A" or p is mm for p in ptrs), (kernel.__name__, ptrs)
             assert not any(p.mutable for p in ptrs), (kernel.__name__, ptrs)
+
+
+def _reduced_region(prm, out: tuple[int, int]) -> int:
+    """The reduction a region allows: the largest of 8, 4, 2 it spans the output at, or 1."""
+    return next((d for d in (8, 4, 2) if prm.rh >= d * out[0] and prm.rw >= d * out[1]), 1)
+
+
+@pytest.mark.parametrize("shape", [(3, 64, 80), (64, 80, 3), (64, 80)], ids=str)
+def test_a_resized_crop_decodes_each_jpeg_at_the_reduction_its_region_allows(
+    tmp_path: Path, shape
+) -> None:
+    """With ``jpeg_downscale`` (the default), a region that spans the output 2, 4 or 8 times
+    over is resized from the JPEG decoded at that reduction, its edges divided by it:
+    within 1 of the exact bilinear value of that image; A and B stay paired."""
+    a = photos(32, shape, seed=21)
+    path = written(tmp_path, a, a.copy())
+    out = (8, 8)
+    aug = PairAugment(resized_crop=out, crop_scale=(0.04, 1.0), hflip=0.5)
+    xa, xb, labels = batches(path, aug)
+    np.testing.assert_array_equal(xa, xb)
+    reader = PairReader(path)
+    lay, data = image_axes(reader.schema.a), np.fromfile(path, np.uint8)
+    ptrs, sizes = reader.image_pointers("A"), reader.image_sizes()
+    h, w = lay.height, lay.width
+    seen = set()
+    for sid in labels // 3:
+        prm = ref.params(aug, lay, SEED, 0, sid, 0)
+        d = _reduced_region(prm, out)
+        seen.add(d)
+        rgb = np.zeros((*scaled_size(h, w, d), 3), np.uint8)
+        assert decode_rgb(data, int(ptrs[sid]), int(sizes[sid, 0]), rgb, h, w, d) == 0
+        small = rgb[..., : lay.num_channels]
+        exact = ref.bilinear(small, prm.y0 / d, prm.x0 / d, prm.rh / d, prm.rw / d, out)
+        want = ref.from_hwc(np.ascontiguousarray(ref.flips_rot(exact, prm)), lay)
+        diff = np.abs(xa[sid].astype(np.int64) - ref.round_uint8(want))
+        assert diff.max() <= 1, (sid, d, diff.max())
+    assert seen == {1, 2, 4, 8}, seen  # every reduction drawn, and the full size
+    full = batches(path, aug, jpeg_downscale=False)[0]
+    assert (full != xa).any()  # the option decides
 
 
 def test_prefetch_by_pages_or_by_images_never_changes_a_batch(

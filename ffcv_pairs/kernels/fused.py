@@ -20,8 +20,8 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .decode import BatchRefs, FieldPair
-from .geometry import GeometryConfig, geometry_params
+from .decode import BatchRefs, FieldPair, StoredImage
+from .geometry import GeometryConfig, geometry_params, reduction
 from .photometric import (
     ChannelPlanes,
     PhotometricConfig,
@@ -46,7 +46,9 @@ class FusedOps(NamedTuple):
     (``[seed, epoch]``, read by reference: a new epoch needs no recompiling),
     ``stats`` (read-only uint32 ``(samples, 2, 4)``: the file's image statistics, or no
     rows), ``stats_use`` (bool ``(2,)``: field ``t``'s contrast mean may come from
-    ``stats[sample, t]``) and ``threads``: the loader's threads; :func:`fused_pairs`
+    ``stats[sample, t]``), ``downscale`` (bool ``(2,)``: field ``t`` was decoded at the
+    sample's :func:`~ffcv_pairs.kernels.geometry.reduction`, a JPEG under a resized crop)
+    and ``threads``: the loader's threads; :func:`fused_pairs`
     splits a batch into ``4 * threads`` parts (each allocates its scratch once; more
     parts than threads keep a thread that another process slows down from holding up
     the batch)."""
@@ -59,6 +61,7 @@ class FusedOps(NamedTuple):
     clock: np.ndarray
     stats: np.ndarray
     stats_use: np.ndarray
+    downscale: np.ndarray
     threads: int
 
 
@@ -100,12 +103,13 @@ def _field_work(image, geo):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _geometry(job, start, t, place, work):  # pragma: no cover - JIT
-    """Field ``t``'s stored image at ``job.mm[start:]`` -> ``work.stage``, moved by ``place``."""
-    geo, image = job.geo, job.stored[t]
+def _geometry(job, start, t, image, place, work, denom):  # pragma: no cover - JIT
+    """Field ``t``'s stored ``image`` at ``job.mm[start:]`` -> ``work.stage``, moved by
+    ``place`` (``denom``: the image is reduced that many times, see :func:`_source`)."""
+    geo = job.geo
     if geo.resize:
         rs = _resize_shape(image, geo)
-        resize_sample(job.mm, start, work.stage, 0, rs, place, work.resize)
+        resize_sample(job.mm, start, work.stage, 0, rs, place, work.resize, denom)
         return
     p = image.pixel_bytes
     mv = PlaneMove(image.height, image.width, geo.out_h, geo.out_w, p, geo.pad_mode)
@@ -115,6 +119,19 @@ def _geometry(job, start, t, place, work):  # pragma: no cover - JIT
         move_plane(job.mm, start + k * plane_in, work.stage, k * plane_out, mv, place, fill)
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _source(job, t, place):  # pragma: no cover - JIT
+    """Field ``t``'s stored image as the kernel finds it, and by how much it is reduced: a
+    JPEG decoded at the draw's :func:`~ffcv_pairs.kernels.geometry.reduction` is
+    ``ceil(size / denom)`` a side."""
+    image = job.stored[t]
+    if not (job.geo.resize and job.ops.downscale[t]):
+        return image, np.int64(1)
+    d = reduction(job.geo, place)
+    h, w = (image.height + d - 1) // d, (image.width + d - 1) // d
+    return StoredImage(image.planes, h, w, image.pixel_bytes), d
+
+
 @nb.njit(cache=True, nogil=True)
 def _fused_sample(i, job, works):  # pragma: no cover - JIT
     """Sample ``i`` of the batch: both fields, see :func:`fused_pairs`."""
@@ -122,18 +139,20 @@ def _fused_sample(i, job, works):  # pragma: no cover - JIT
     sid, row = batch.ids[i], batch.rows[i]
     place = geometry_params(geo, clock, sid, 0, job.stored.a.height, job.stored.a.width)
     for t in range(2):
-        image, work, out = job.stored[t], works[t], job.outs[t][i]
+        stored, work, out = job.stored[t], works[t], job.outs[t][i]
         start = batch.ptr_a[row] if t == 0 else batch.ptr_b[row]
         if t == 1 and not geo.paired:
-            place = geometry_params(geo, clock, sid, 1, image.height, image.width)
+            place = geometry_params(geo, clock, sid, 1, stored.height, stored.width)
+        image, denom = _source(job, t, place)
         chans = _channels(image, geo)
         if geo.resize and ops.kind == OUT_UINT8 and not ops.photometric:
-            resize_sample(job.mm, start, out, 0, _resize_shape(image, geo), place, work.resize)
+            rs = _resize_shape(image, geo)
+            resize_sample(job.mm, start, out, 0, rs, place, work.resize, denom)
             continue
         if geo.identity:
             x = job.mm[start : start + chans.planes * chans.plane_size]
         else:
-            _geometry(job, start, t, place, work)
+            _geometry(job, start, t, image, place, work, denom)
             x = work.stage[:]
         draw = PixelDraw(1.0, 1.0, 0.0, np.uint64(0))
         if ops.photometric:
@@ -173,7 +192,7 @@ def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma
     # not tuples of arrays nor nested named tuples: unpack here, regroup inside the loop.
     ids, rows, ptr_a, ptr_b = batch.ids, batch.rows, batch.ptr_a, batch.ptr_b
     out_a, out_b = outs.a, outs.b
-    photometric, kind, norm, table, fills, clock, stats, stats_use, threads = ops
+    photometric, kind, norm, table, fills, clock, stats, stats_use, downscale, threads = ops
     n = len(ids)
     chunks = max(1, min(n, 4 * threads))
     for t in nb.prange(chunks):
@@ -184,7 +203,9 @@ def fused_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma
             FieldPair(stored_a, stored_b),
             geo,
             photo,
-            FusedOps(photometric, kind, norm, table, fills, clock, stats, stats_use, threads),
+            FusedOps(
+                photometric, kind, norm, table, fills, clock, stats, stats_use, downscale, threads
+            ),
         )
         works = _works(job)
         for i in range(t * n // chunks, (t + 1) * n // chunks):

@@ -3,7 +3,8 @@
 :class:`GeometryConfig` is what the kernels read of a ``PairAugment`` (a
 named tuple, so numba sees named fields); :func:`geometry_params` draws one
 sample's :class:`Placement` from the counter-based hash; :func:`inverse` and
-:func:`border` map output pixels back to stored pixels.
+:func:`border` map output pixels back to stored pixels; :func:`reduction` says how
+much smaller a JPEG may be decoded for a resized crop's region.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ __all__ = [
     "PAD_CONSTANT",
     "PAD_EDGE",
     "PAD_REFLECT",
+    "REDUCTIONS",
     "GeometryConfig",
     "Placement",
     "border",
     "geometry_params",
     "inverse",
+    "reduction",
 ]
 
 PAD_CONSTANT, PAD_REFLECT, PAD_EDGE = 0, 1, 2
@@ -112,6 +115,20 @@ def geometry_params(geo, clock, sample_id, tag, height, width):  # pragma: no co
     if geo.trans_x > 0:
         x0 += randint(key, 6, -geo.trans_x, geo.trans_x)
     return Placement(np.int64(hflip), np.int64(vflip), np.int64(rot), y0, x0, rh, rw)
+
+
+#: The reductions a JPEG decode can take (turbojpeg's 1/2, 1/4 and 1/8), largest first.
+REDUCTIONS = (8, 4, 2)
+
+
+@nb.njit(cache=True, nogil=True)
+def reduction(geo, place):  # pragma: no cover - JIT
+    """The largest of :data:`REDUCTIONS` that the resized crop's region ``place`` still spans
+    at least ``geo.out_h x geo.out_w`` after (the image is downscaled either way), or 1."""
+    for d in REDUCTIONS:
+        if place.rh >= d * geo.out_h and place.rw >= d * geo.out_w:
+            return np.int64(d)
+    return np.int64(1)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

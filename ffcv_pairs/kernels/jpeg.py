@@ -21,6 +21,12 @@ What ``imdecode`` does (ffcv 1.0.2, ``libffcv/libffcv.cpp``), and how it is used
 * Its own crop and flip are never used: they re-encode the image per call, work only
   at 8- or 16-pixel block boundaries, and leave the last block column in place for a
   width that is not a multiple of the block.
+
+Under a resized crop whose region spans at least 2, 4 or 8 times the output in both
+sides, :func:`unpack_pairs` may decode at that reduction (turbojpeg's DCT scaling: each
+reduced pixel is about the mean of a ``d x d`` block, so fewer pixels are decoded and the
+resize then reads a pre-filtered image); the fused kernel maps the same draw onto the
+reduced image (:func:`~ffcv_pairs.kernels.geometry.reduction` decides in both).
 """
 
 from __future__ import annotations
@@ -35,12 +41,14 @@ import numpy as np
 from numba import types
 
 from .decode import BatchRefs as _Refs
+from .geometry import REDUCTIONS, geometry_params, reduction
 
 __all__ = [
     "CHW",
     "FORM_BYTES",
     "FORM_CHANNELS",
     "FORM_CHANNELS_FIRST",
+    "FORM_DOWNSCALE",
     "FORM_HEIGHT",
     "FORM_JPEG",
     "FORM_WIDTH",
@@ -48,6 +56,7 @@ __all__ = [
     "SCALES",
     "decode_image",
     "decode_rgb",
+    "decode_scaled",
     "extension_path",
     "header_size",
     "scaled_size",
@@ -60,7 +69,7 @@ __all__ = [
 HWC, CHW = 0, 1
 
 #: The reductions a decode can take (turbojpeg also has k/8 and upscales: never used).
-SCALES = (1, 2, 4, 8)
+SCALES = (1, *sorted(REDUCTIONS))
 
 
 def extension_path() -> Path:
@@ -178,46 +187,75 @@ def decode_image(src, start, size, out, channels_first, channels):  # pragma: no
         src, start, size: Where the JPEG is (see :func:`decode_rgb`).
         out: C-contiguous uint8 ``(H, W, C)`` or ``(C, H, W)`` array (an ``(H, W)`` image
             as ``(H, W, 1)``).
-        channels_first: :data:`CHW` or :data:`HWC`.
-        channels: 1 or 3 (one channel takes the first of the decoded three, which agree).
-            Packed RGB (three channels last) is decoded in place; any other layout through
-            a scratch of ``H * W * 3`` bytes.
+        channels_first, channels: As :func:`decode_scaled`.
 
     Returns:
-        0, or -1 for a corrupt or truncated JPEG, or one whose frame header gives another
-        size than ``out``'s (``imdecode`` would decode it at another scale, silently; ``out``
-        may then hold garbage).
+        As :func:`decode_scaled`.
     """
     if channels_first == CHW:
         height, width = out.shape[1], out.shape[2]
     else:
         height, width = out.shape[0], out.shape[1]
+    flat = out.reshape(-1)
+    return decode_scaled(src, start, size, flat, height, width, channels_first, channels, 1)
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_scaled(
+    src, start, size, out, height, width, channels_first, channels, denom
+):  # pragma: no cover - JIT
+    """Decode one stored ``height x width`` image at 1/``denom`` scale into the flat uint8
+    ``out``, in its stored layout at the size :func:`scaled_size` gives.
+
+    Args:
+        src, start, size: Where the JPEG is (see :func:`decode_rgb`).
+        out: C-contiguous uint8, at least the reduced image's bytes.
+        height, width: The stored size.
+        channels_first: :data:`CHW` or :data:`HWC`.
+        channels: 1 or 3 (one channel takes the first of the decoded three, which agree).
+            Packed RGB (three channels last) is decoded in place; any other layout through
+            a scratch of three bytes a pixel.
+        denom: One of :data:`SCALES`.
+
+    Returns:
+        0, or -1 for a corrupt or truncated JPEG, or one whose frame header gives another
+        size than ``height x width`` (``imdecode`` would decode it at another scale,
+        silently; ``out`` may then hold garbage).
+    """
     h, w = header_size(src, start, size)
     if h != height or w != width:
         return -1
-    plane = height * width
+    sh, sw = scaled_size(height, width, denom)
+    plane = sh * sw
     in_place = channels == 3 and channels_first == HWC
-    rgb = out.reshape(-1) if in_place else np.empty(plane * 3, dtype=np.uint8)
-    status = decode_rgb(src, start, size, rgb, height, width, 1)
+    rgb = out if in_place else np.empty(plane * 3, dtype=np.uint8)
+    status = decode_rgb(src, start, size, rgb, height, width, denom)
     if status != 0 or in_place:
         return status
-    flat = out.reshape(-1)
     if channels_first == CHW:
         for c in range(channels):
             for p in range(plane):
-                flat[c * plane + p] = rgb[p * 3 + c]
+                out[c * plane + p] = rgb[p * 3 + c]
     else:
         for p in range(plane):
-            flat[p] = rgb[p * 3]
+            out[p] = rgb[p * 3]
     return status
 
 
 #: Columns of a field's row in :func:`unpack_pairs`'s ``forms``.
-FORM_JPEG, FORM_CHANNELS_FIRST, FORM_CHANNELS, FORM_BYTES, FORM_HEIGHT, FORM_WIDTH = range(6)
+(
+    FORM_JPEG,
+    FORM_CHANNELS_FIRST,
+    FORM_CHANNELS,
+    FORM_BYTES,
+    FORM_HEIGHT,
+    FORM_WIDTH,
+    FORM_DOWNSCALE,
+) = range(7)
 
 
 @nb.njit(cache=True, nogil=True)
-def _unpack_sample(i, batch, mm, sizes, out, forms):  # pragma: no cover - JIT
+def _unpack_sample(i, batch, mm, sizes, out, forms, geo, clock):  # pragma: no cover - JIT
     """Sample ``i`` of :func:`unpack_pairs`: 0, or 1 + the field whose JPEG is corrupt."""
     row, offset = batch.rows[i], 0
     for t in range(2):
@@ -229,16 +267,19 @@ def _unpack_sample(i, batch, mm, sizes, out, forms):  # pragma: no cover - JIT
         else:
             first, channels = forms[t, FORM_CHANNELS_FIRST], forms[t, FORM_CHANNELS]
             h, w = forms[t, FORM_HEIGHT], forms[t, FORM_WIDTH]
-            shape = (channels, h, w) if first == CHW else (h, w, channels)
+            denom = np.int64(1)
+            if forms[t, FORM_DOWNSCALE]:  # the draw the fused kernel makes (see there)
+                place = geometry_params(geo, clock, batch.ids[i], t, h, w)
+                denom = reduction(geo, place)
             size = sizes[batch.ids[i], t]
-            if decode_image(mm, start, size, dst.reshape(shape), first, channels) != 0:
+            if decode_scaled(mm, start, size, dst, h, w, first, channels, denom) != 0:
                 return t + 1
         offset += nbytes
     return 0
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
-def unpack_pairs(batch, mm, sizes, out, forms):  # pragma: no cover - JIT
+def unpack_pairs(batch, mm, sizes, out, forms, geo, clock):  # pragma: no cover - JIT
     """A and B of every sample of ``batch`` (a ``kernels.decode.BatchRefs``), decoded where
     a field is JPEG and copied where it is raw, into row ``i`` of ``out``: A's bytes, then B's.
 
@@ -246,8 +287,12 @@ def unpack_pairs(batch, mm, sizes, out, forms):  # pragma: no cover - JIT
         mm: The file's bytes (the mapping, or the process cache's slots).
         sizes: ``(num_samples, 2)``: the stored bytes of A and B, by sample id.
         out: uint8 ``(batch, bytes of A + bytes of B)``.
-        forms: int64 ``(2, 6)``, a row per field (columns ``FORM_*``): JPEG or not,
-            :data:`CHW` or :data:`HWC`, channels, bytes decoded, height, width.
+        forms: int64 ``(2, 7)``, a row per field (columns ``FORM_*``): JPEG or not,
+            :data:`CHW` or :data:`HWC`, channels, bytes at full size, height, width, and
+            whether to decode at the sample's :func:`~ffcv_pairs.kernels.geometry.reduction`
+            (then the reduced image fills the start of the field's bytes).
+        geo, clock: The resized crop's :class:`~ffcv_pairs.kernels.geometry.GeometryConfig`
+            and the loader's ``[seed, epoch]`` (read only for ``FORM_DOWNSCALE``).
 
     Returns:
         int64 ``(batch,)``: 0, or 1 + the field whose JPEG is corrupt or truncated.
@@ -255,14 +300,15 @@ def unpack_pairs(batch, mm, sizes, out, forms):  # pragma: no cover - JIT
     status = np.zeros(len(batch.ids), dtype=np.int64)
     ids, rows, ptr_a, ptr_b = batch.ids, batch.rows, batch.ptr_a, batch.ptr_b
     for i in nb.prange(len(ids)):
-        status[i] = _unpack_sample(i, _Refs(ids, rows, ptr_a, ptr_b), mm, sizes, out, forms)
+        refs = _Refs(ids, rows, ptr_a, ptr_b)
+        status[i] = _unpack_sample(i, refs, mm, sizes, out, forms, geo, clock)
     return status
 
 
 @nb.njit(cache=True, nogil=True)
-def unpack_pairs_serial(batch, mm, sizes, out, forms):  # pragma: no cover - JIT
+def unpack_pairs_serial(batch, mm, sizes, out, forms, geo, clock):  # pragma: no cover - JIT
     """:func:`unpack_pairs` on one thread."""
     status = np.zeros(len(batch.ids), dtype=np.int64)
     for i in range(len(batch.ids)):
-        status[i] = _unpack_sample(i, batch, mm, sizes, out, forms)
+        status[i] = _unpack_sample(i, batch, mm, sizes, out, forms, geo, clock)
     return status

@@ -309,16 +309,21 @@ def _resample(src, s0, dst, d0, rs, place, work):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def resize_sample(src, s0, dst, d0, rs, place, work):  # pragma: no cover - JIT
+def resize_sample(src, s0, dst, d0, rs, place, work, denom):  # pragma: no cover - JIT
     """One image: ``src[s0:]`` (``rs``'s stored planes) -> ``dst[d0:]`` (output planes).
 
     ``place``: the sample's :class:`~ffcv_pairs.kernels.geometry.Placement`. A half turn
-    is both flips; a quarter turn resamples into ``work.turn``, then turns.
+    is both flips; a quarter turn resamples into ``work.turn``, then turns. ``denom``: the
+    stored image is the original reduced ``denom`` times (a JPEG decoded at 1/``denom``,
+    ``rs`` giving the reduced size) and ``place`` is in the original's pixels: reduced pixel
+    ``i`` is centred on original pixel ``(i + 1/2) * denom - 1/2``, so the region's edges
+    map to ``edge / denom`` (1: the stored image itself).
     """
     rot = place.rot
     hflip = np.int64((place.hflip > 0) != (rot == 2))
     vflip = np.int64((place.vflip > 0) != (rot == 2))
-    flat = Placement(hflip, vflip, np.int64(0), place.y0, place.x0, place.rh, place.rw)
+    y0, x0, rh, rw = place.y0 / denom, place.x0 / denom, place.rh / denom, place.rw / denom
+    flat = Placement(hflip, vflip, np.int64(0), y0, x0, rh, rw)
     if rot == 1 or rot == 3:
         _resample(src, s0, work.turn, 0, rs, flat, work)
         _quarter_turn(rs, work.turn, dst, d0, rot)
@@ -337,4 +342,4 @@ def resized_crop(ids, src, dst, rs, geo, clock, tag):  # pragma: no cover - JIT
     for i in nb.prange(len(ids)):
         work = new_work(rs, dst[i])
         place = geometry_params(geo, clock, ids[i], tag, rs.height, rs.width)
-        resize_sample(src[i], 0, dst[i], 0, rs, place, work)
+        resize_sample(src[i], 0, dst[i], 0, rs, place, work, 1)

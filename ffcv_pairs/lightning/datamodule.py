@@ -75,6 +75,7 @@ class PairDataModule(L.LightningDataModule):
         "batches_ahead",
         "prefetch",
         "dequantize",
+        "jpeg_downscale",
         "max_ram_gb",
     ]
 
@@ -95,6 +96,7 @@ class PairDataModule(L.LightningDataModule):
         batches_ahead: int = 2,
         prefetch: int = DEFAULT_PREFETCH,
         dequantize: bool = True,
+        jpeg_downscale: bool = True,
         max_ram_gb: float | None = None,
         device: str | None = None,
     ):
@@ -116,20 +118,23 @@ class PairDataModule(L.LightningDataModule):
                 raise TypeError(
                     f"{name} must be a path or None, got {path!r} ({type(path).__name__})"
                 )
+        given = locals()
+        #: The LOADER_OPTIONS as given: every loader gets them unchanged.
+        self.loader_options = {name: given[name] for name in self.LOADER_OPTIONS}
         # The loader's options, checked now (each loader is made later, at setup).
         LoaderConfig(
-            batch_size=1, order=order, os_cache=os_cache, seed=seed, augment=augment,
-            num_threads=num_threads, window_bytes=window_bytes, batches_ahead=batches_ahead,
-            prefetch=prefetch, dequantize=dequantize, max_ram_gb=max_ram_gb, device=device,
-        )  # fmt: skip
+            batch_size=1,
+            order=order,
+            augment=augment,
+            num_threads=num_threads,
+            device=device,
+            **self.loader_options,
+        )
         self.save_hyperparameters(ignore=["augment"])
         self.paths = {"train": train_path, "val": val_path, "test": test_path}
         self.global_batch_size, self._batch_size = global_batch_size, batch_size
-        self.order, self.os_cache, self.seed = order, os_cache, seed
-        self.augment, self.num_threads = augment, num_threads
-        self.window_bytes, self.batches_ahead = window_bytes, batches_ahead
-        self.max_ram_gb, self.device = max_ram_gb, device
-        self.prefetch, self.dequantize = prefetch, dequantize
+        self.order, self.augment = order, augment
+        self.num_threads, self.device = num_threads, device
         self._loaders: dict[str, PairLoader] = {}
 
     # -- the trainer's view ------------------------------------------------------------
@@ -192,19 +197,13 @@ class PairDataModule(L.LightningDataModule):
             path,
             batch_size=self.per_device_batch_size(world),
             order=self.order if train else "sequential",
-            os_cache=self.os_cache,
-            seed=self.seed,
             drop_last=train,
             augment=self.augment if train else self._eval_augment(),
             device=self._device(),
             num_threads=threads,
-            batches_ahead=self.batches_ahead,
-            prefetch=self.prefetch,
             rank=rank,
             world_size=world,
-            window_bytes=self.window_bytes,
-            dequantize=self.dequantize,
-            max_ram_gb=self.max_ram_gb,
+            **self.loader_options,
         )
 
     # -- Lightning hooks ---------------------------------------------------------------

@@ -45,6 +45,7 @@ from ..kernels.jpeg import (
     FORM_BYTES,
     FORM_CHANNELS,
     FORM_CHANNELS_FIRST,
+    FORM_DOWNSCALE,
     FORM_HEIGHT,
     FORM_JPEG,
     FORM_WIDTH,
@@ -205,6 +206,10 @@ class JpegPairDecoder(PairDecoder):
     Args:
         reader: The open file (its pointers, JPEG sizes and path).
         augment, clock, placement, stats: As :class:`PairDecoder`.
+        downscale: Under a fused resized crop, decode each JPEG at the largest of
+            turbojpeg's 1/2, 1/4 and 1/8 that its region still spans the output at
+            (:func:`~ffcv_pairs.kernels.geometry.reduction`); the fused kernel then
+            resizes the same region of the reduced image.
     """
 
     def __init__(
@@ -214,6 +219,7 @@ class JpegPairDecoder(PairDecoder):
         clock: np.ndarray,
         placement: OpPlacement | None = None,
         stats: tuple[np.ndarray, dict[str, str | None]] | None = None,
+        downscale: bool = True,
     ):
         schema = reader.schema
         a_name, b_name = schema.IMAGE_FIELDS
@@ -224,7 +230,9 @@ class JpegPairDecoder(PairDecoder):
             reader.image_sizes(),
             reader.path,
         )
-        self.forms = np.zeros((2, 6), dtype=np.int64)
+        fused = self.fused
+        reduces = downscale and fused is not None and fused.geo.resize
+        self.forms = np.zeros((2, 7), dtype=np.int64)
         for t, spec in enumerate((schema.a, schema.b)):
             row = self.forms[t]
             row[FORM_BYTES] = spec.nbytes
@@ -232,6 +240,11 @@ class JpegPairDecoder(PairDecoder):
                 row[FORM_JPEG], row[FORM_CHANNELS] = 1, spec.channels
                 row[FORM_CHANNELS_FIRST] = CHW if spec.layout == "chw" else HWC
                 row[FORM_HEIGHT], row[FORM_WIDTH] = spec.height_width
+                row[FORM_DOWNSCALE] = reduces
+        if fused is not None:
+            ops = fused.ops._replace(downscale=self.forms[:, FORM_DOWNSCALE] > 0)
+            self.fused = replace(fused, ops=ops)
+        self.unpack_geo = fused.geo if fused is not None else self.geo
 
     def _source_code(self) -> Callable:
         ptr_a, ptr_b, shift, sizes, forms = (
@@ -243,7 +256,7 @@ class JpegPairDecoder(PairDecoder):
         )
         stride, a_bytes = int(forms[:, FORM_BYTES].sum()), np.uint64(forms[0, FORM_BYTES])
         scratch = [np.empty(0, dtype=np.uint8)]  # grown to the largest batch, then reused
-        path, call = self.path, SharedCompile()
+        path, call, geo, clock = self.path, SharedCompile(), self.unpack_geo, self.clock
 
         def source(indices, metadata, storage_state):
             mm, batch = _batch_refs(indices, ptr_a, ptr_b, storage_state, shift)
@@ -252,7 +265,7 @@ class JpegPairDecoder(PairDecoder):
                 scratch[0] = np.empty(n * stride, dtype=np.uint8)
             out = scratch[0][: n * stride].reshape(n, stride)
             kernel = unpack_pairs if nb.get_num_threads() > 1 else unpack_pairs_serial
-            status = call(kernel, batch, mm, sizes, out, forms)
+            status = call(kernel, batch, mm, sizes, out, forms, geo, clock)
             if status.any():
                 i = int(np.argmax(status != 0))
                 t, sample = int(status[i]) - 1, int(indices[i])

@@ -104,6 +104,7 @@ def fused_config(
         clock=clock,
         stats=records,
         stats_use=_stats_use(augment, {n: axes[n] for n in schema.IMAGE_FIELDS}, stored),
+        downscale=np.zeros(2, dtype=np.bool_),  # set by the JPEG decoder
         threads=1,
     )
     return FusedConfig(

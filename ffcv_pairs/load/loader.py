@@ -109,7 +109,12 @@ class PairLoader:
             load_stats(self.reader) if cfg.augment is not None and cfg.augment.contrast else None
         )
         specs, finishers = pair_specs(
-            self.reader, cfg.augment, self._clock, stats, on_cpu=copy_engine is None
+            self.reader,
+            cfg.augment,
+            self._clock,
+            stats,
+            on_cpu=copy_engine is None,
+            jpeg_downscale=cfg.jpeg_downscale,
         )
         self.graph, code = build_graph(self.reader, specs)
         slots = cfg.batches_ahead + 3
@@ -313,6 +318,7 @@ def make_loader(
     indices: npt.ArrayLike | None = None,
     verify: bool = False,
     dequantize: bool = True,
+    jpeg_downscale: bool = True,
     max_ram_gb: float | None = None,
 ) -> PairLoader:
     # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test

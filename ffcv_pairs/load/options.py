@@ -106,6 +106,15 @@ class LoaderConfig:
         "the floats' units). False: the stored uint8 codes. No effect on other files.",
         True,
     )
+    jpeg_downscale: bool = option(
+        "On JPEG fields under a ``resized_crop``: decode each image at turbojpeg's 1/2, 1/4 "
+        "or 1/8 where the sample's region still spans the output that many times over (the "
+        "same draws; each reduced pixel is about the mean of a block, then the region is "
+        "resized from it). Fewer pixels decoded for large images cropped small. False: "
+        "always decode at full size (batches then equal those of a raw file of the decoded "
+        "pixels). No effect on other files or ops.",
+        True,
+    )
     max_ram_gb: float | None = option(
         "Refuse a loader whose node-wide RAM estimate exceeds it.", None
     )
@@ -141,6 +150,7 @@ class LoaderConfig:
             raise ValueError(f"rank must be below world_size {self.world_size}, got {self.rank}")
         put("verify", flag("verify", self.verify))
         put("dequantize", flag("dequantize", self.dequantize))
+        put("jpeg_downscale", flag("jpeg_downscale", self.jpeg_downscale))
         put("max_ram_gb", optional(number)("max_ram_gb", self.max_ram_gb, above=0))
 
     def for_file(self, schema: PairSchema) -> LoaderConfig:

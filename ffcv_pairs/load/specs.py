@@ -32,6 +32,7 @@ def pair_specs(
     clock: np.ndarray,
     stats: tuple[np.ndarray, dict[str, str | None]] | None,
     on_cpu: bool,
+    jpeg_downscale: bool = True,
 ) -> tuple[dict[str, PipelineSpec], list[list[Finisher]]]:
     """A: decoder (both images) -> take A -> ...; B: the same decoder -> take B -> ...;
     label: its decoder. With ``on_cpu`` the device ops (normalise, cast) end the
@@ -40,13 +41,14 @@ def pair_specs(
     Args:
         clock: The loader's ``[seed, epoch]``, read by the augmentation kernels.
         stats: The file's image statistics (:func:`~ffcv_pairs.format.integrity.load_stats`).
+        jpeg_downscale: See :class:`~ffcv_pairs.load.options.LoaderConfig`.
     """
     schema = reader.schema
     b_ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
     placement = place_ops(augment, schema, on_cpu=on_cpu)
     decoder: PairDecoder
     if schema.compressed:
-        decoder = JpegPairDecoder(reader, augment, clock, placement, stats)
+        decoder = JpegPairDecoder(reader, augment, clock, placement, stats, jpeg_downscale)
     else:
         decoder = PairDecoder(schema, b_ptrs, augment, clock, reader.page_shift, placement, stats)
     specs: dict[str, PipelineSpec] = {}

@@ -8,7 +8,7 @@ same)::
     ffcv-pairs verify out/train.beton --against data/pt --samples 100
     python writers/write_beton.py data/pt out --split train --split val --workers 2
     python writers/write_beton.py --config configs/write.yaml --limit 1000
-    python -m ffcv_pairs write data/pt out --split train --layout batched --limit 1000
+    python -m ffcv_pairs write data/pt out --split train --source-kind batched --limit 1000
     python -m ffcv_pairs write data/pt out --split train --shuffle 1 --resume
     python -m ffcv_pairs inspect out/train.beton --preview 8 --out preview.png
     python -m ffcv_pairs verify out/train.beton --against data/pt --samples 100
@@ -30,6 +30,7 @@ import argparse
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -66,7 +67,9 @@ def _guard(run: Callable[[], int]) -> int:
 
     signal.signal(signal.SIGTERM, _sigterm_to_exit)
     try:
-        return run()
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line
+            return run()
     except WriteInterrupted as e:
         print(f"error: {e}", file=sys.stderr)
         return 128 + e.signum
@@ -76,6 +79,18 @@ def _guard(run: Callable[[], int]) -> int:
     except KeyboardInterrupt as e:
         print(f"error: {str(e) or 'interrupted by Ctrl-C'}", file=sys.stderr)
         return 128 + signal.SIGINT
+
+
+def _warning_line(message: Warning | str, *_: object, **__: object) -> None:
+    """A warning as one line on stderr (an old option name, say)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _add_kind_args(p: argparse.ArgumentParser, default: str | None) -> None:
+    """``--source-kind``, and its old name ``--layout`` (hidden; warns where it is read)."""
+    kinds = ["auto", "per-sample", "batched"]
+    p.add_argument("--source-kind", choices=kinds, default=default, help="which .pt files")
+    p.add_argument("--layout", choices=kinds, default=None, help=argparse.SUPPRESS)
 
 
 def _add_write_args(p: argparse.ArgumentParser) -> None:
@@ -94,7 +109,7 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="split name (file prefix); repeat for several",
     )
-    p.add_argument("--layout", choices=["auto", "per-sample", "batched"], default=None)
+    _add_kind_args(p, default=None)
     p.add_argument(
         "--workers",
         default=None,
@@ -150,7 +165,7 @@ def _write(args: argparse.Namespace) -> int:
     from .write.writer import write_pairs
 
     args = merge_write_config(args)
-    sources = open_sources(args.src_dir, args.split, args.layout)  # one directory scan
+    sources = open_sources(args.src_dir, args.split, args.source_kind)  # one directory scan
     for split, source in zip(args.split, sources):
         report = write_pairs(
             source,
@@ -200,7 +215,7 @@ def _verify(args: argparse.Namespace) -> int:
     from .format.sidecar import manifest_path
     from .format.stats import stats_path
     from .write.compare import compare_with_source
-    from .write.source_kinds import open_source
+    from .write.source_kinds import open_source, renamed_kind
 
     samples = None if args.samples == "all" else int(args.samples)
     if samples is not None and samples < 1:
@@ -208,7 +223,8 @@ def _verify(args: argparse.Namespace) -> int:
     require_file(args.file)  # missing or a directory: misuse (2), not a bad file (1)
     source = None
     if args.against is not None:
-        source = open_source(args.against, args.split or split_of(args.file), args.layout)
+        kind = renamed_kind(args.source_kind, args.layout, "--layout", "--source-kind")
+        source = open_source(args.against, args.split or split_of(args.file), kind)
     try:
         reader = PairReader(args.file)
         manifest = load_manifest(reader)
@@ -271,7 +287,7 @@ def _add_verify_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--samples", default="100", help="how many random samples, or 'all'")
     p.add_argument("--split", default=None, help="source split (default: the file's stem)")
-    p.add_argument("--layout", choices=["auto", "per-sample", "batched"], default="auto")
+    _add_kind_args(p, default="auto")
     p.add_argument("--seed", type=int, default=0, help="seed for picking samples")
 
 

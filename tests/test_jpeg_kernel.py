@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import pytest
 
-from ffcv_pairs.format.schema import ArraySpec, Jpeg, jpeg_layout
+from ffcv_pairs.format.schema import ArraySpec, Jpeg, jpeg_axes
 from ffcv_pairs.kernels.jpeg import CHW, HWC, SCALES, decode_image, decode_rgb, scaled_size
 from ffcv_pairs.write.encode import encode_jpeg
 
@@ -127,7 +127,7 @@ def test_round_trip_within_jpeg_tolerance_in_every_layout(shape, quality) -> Non
     within what the quality promises (PSNR against the original, and a bound on the mean)."""
     rgb = photo(40, 56, seed=quality)
     gray = rgb[..., 1]
-    layout = jpeg_layout(shape)
+    axes = jpeg_axes(shape)
     image = {
         (3, 40, 56): np.moveaxis(rgb, -1, 0),
         (40, 56, 3): rgb,
@@ -135,19 +135,19 @@ def test_round_trip_within_jpeg_tolerance_in_every_layout(shape, quality) -> Non
         (40, 56, 1): gray[..., None],
         (40, 56): gray,
     }[shape].copy()
-    jpeg = encode_jpeg(image, layout, quality)
+    jpeg = encode_jpeg(image, axes, quality)
     assert len(jpeg) < image.nbytes
     out = np.zeros(shape, np.uint8)
     src = np.concatenate([np.zeros(5, np.uint8), jpeg])
-    first = CHW if layout == "chw" else HWC
-    channels = 1 if len(shape) == 2 else shape[0 if layout == "chw" else 2]
+    first = CHW if axes == "chw" else HWC
+    channels = 1 if len(shape) == 2 else shape[0 if axes == "chw" else 2]
     view = out.reshape(40, 56, 1) if len(shape) == 2 else out
     assert decode_image(src, 5, len(jpeg), view, first, channels) == 0
     least = {75: 27.0, 90: 29.0, 95: 30.0}[quality]  # RGB here: 28.8, 30.8, 31.5 (OpenCV)
     assert psnr(out, image) > least, psnr(out, image)
     # the layout is right: each channel of the output matches its own channel of the input
     if channels == 3:
-        axis = 0 if layout == "chw" else 2
+        axis = 0 if axes == "chw" else 2
         for c in range(3):
             mine = np.take(out, c, axis=axis).astype(int)
             others = [np.take(image, k, axis=axis) for k in range(3)]

@@ -31,17 +31,17 @@ gated = pytest.mark.skipif(
 def test_patched_files_are_what_torch_save_writes(tmp_path: Path) -> None:
     """Every patched file loads, holds its seeded pair, passes zip CRCs, and is byte for
     byte what ``torch.save`` writes for the same tensor (but the random serialization id)."""
-    from bench.scale.user_data import CHUNK, SourceLayout, make_chunk, make_source
+    from bench.scale.user_data import CHUNK, SourceSpec, make_chunk, make_source
 
     n = CHUNK + 2000  # two chunks, index widths 1..5
-    layout = SourceLayout(n, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
-    make_source(layout, workers=2)
+    source = SourceSpec(n, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
+    make_source(source, workers=2)
     rng = np.random.default_rng(0)
     for i in {0, 9, 10, 99, 100, 9999, 10000, n - 1, *rng.integers(0, n, 20).tolist()}:
-        a, b, labels = make_chunk(layout, i // CHUNK)
+        a, b, labels = make_chunk(source, i // CHUNK)
         want = {"A_images": a[i % CHUNK], "B_images": b[i % CHUNK], "labels": labels[i % CHUNK]}
         for kind, value in want.items():
-            path = layout.src / f"train_{kind}_{i}.pt"
+            path = source.src / f"train_{kind}_{i}.pt"
             got = torch.load(path, weights_only=True)
             assert got.dtype == (torch.uint8 if kind != "labels" else torch.int64)
             np.testing.assert_array_equal(got.numpy(), value)
@@ -60,20 +60,20 @@ def test_patched_files_are_what_torch_save_writes(tmp_path: Path) -> None:
             ids = [m for m in range(len(theirs)) if theirs.startswith(b"serialization_id", m)]
             far = [k for k in differ if not any(m - 100 < k < m + 200 for m in ids)]
             assert not far, (path, far)
-    assert len(list(layout.packs.iterdir())) == -(-n // 1000)
-    pack = torch.load(layout.packs / "train_batch_11.pt", weights_only=True)
-    a, b, labels = make_chunk(layout, 1)
+    assert len(list(source.packs.iterdir())) == -(-n // 1000)
+    pack = torch.load(source.packs / "train_batch_11.pt", weights_only=True)
+    a, b, labels = make_chunk(source, 1)
     np.testing.assert_array_equal(pack[5][1].numpy(), b[1005])
     assert int(pack[5][2]) == labels[1005]
 
 
 @gated
 def test_refuses_when_disk_is_short(tmp_path: Path) -> None:
-    from bench.scale.user_data import SourceLayout, check_space
+    from bench.scale.user_data import SourceSpec, check_space
 
-    layout = SourceLayout(10, (1, 4, 4), 7, 3, 1000, tmp_path / "w" / "pt", tmp_path / "w" / "p")
+    source = SourceSpec(10, (1, 4, 4), 7, 3, 1000, tmp_path / "w" / "pt", tmp_path / "w" / "p")
     with pytest.raises(ValueError, match="not enough room"):
-        check_space(layout, beton_bytes=1 << 60)
+        check_space(source, beton_bytes=1 << 60)
     assert not (tmp_path / "w").exists()
 
 
@@ -83,23 +83,23 @@ def test_memory_floor_stops_the_row_and_kills_every_process(tmp_path: Path) -> N
     reported as stopped by memory and no process of it is left."""
     import psutil
 
-    from bench.scale.user_data import SourceLayout, make_source
+    from bench.scale.user_data import SourceSpec, make_source
     from bench.scale.user_node import run_row
     from bench.scale.user_ranks import RowSpec
 
-    layout = SourceLayout(4096, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
-    make_source(layout, workers=1)
+    source = SourceSpec(4096, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
+    make_source(source, workers=1)
     spec = RowSpec(
         kind="lists",
         title="lists",
         world_size=2,
         batch_size=8,
         workers=2,
-        n=layout.n,
+        n=source.n,
         pack_size=1000,
         beton="",
-        src=str(layout.src),
-        packs=str(layout.packs),
+        src=str(source.src),
+        packs=str(source.packs),
         crop=(4, 4),
         crop_padding=0,
         seed=0,
@@ -189,23 +189,23 @@ def test_a_row_ends_by_its_deadline_whatever_its_ranks_do(tmp_path: Path) -> Non
     ``cap + ROW_MARGIN_S`` after launch, plus killing it, with no process left."""
     import psutil
 
-    from bench.scale.user_data import SourceLayout, make_source
+    from bench.scale.user_data import SourceSpec, make_source
     from bench.scale.user_node import ROW_MARGIN_S, run_row
     from bench.scale.user_ranks import RowSpec
 
-    layout = SourceLayout(4096, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
-    make_source(layout, workers=1)
+    source = SourceSpec(4096, (1, 4, 4), 7, 3, 1000, tmp_path / "pt", tmp_path / "packs")
+    make_source(source, workers=1)
     spec = RowSpec(
         kind="lists",
         title="lists",
         world_size=2,
         batch_size=8,
         workers=2,
-        n=layout.n,
+        n=source.n,
         pack_size=1000,
         beton="",
-        src=str(layout.src),
-        packs=str(layout.packs),
+        src=str(source.src),
+        packs=str(source.packs),
         crop=(4, 4),
         crop_padding=0,
         seed=0,

@@ -15,6 +15,7 @@ from conftest import make_arrays, write_per_sample
 from writer_proc import reached
 
 from ffcv_pairs.cli import write_main
+from ffcv_pairs.write.source_kinds import open_source
 from ffcv_pairs.write.testhook import HOOK_DIR_ENV, HOOK_ENV
 
 REPO = Path(__file__).parents[1]
@@ -87,14 +88,33 @@ def test_empty_dir(capsys, tmp_path: Path) -> None:
     _assert_one_line(rc, err, "empty", "no files for split 'train'")
 
 
-def test_unknown_layout(capsys, tmp_path: Path) -> None:
+def test_unknown_source_kind(capsys, tmp_path: Path) -> None:
     d = tmp_path / "odd"
     d.mkdir()
     torch.save(torch.zeros(2), d / "train_images_0.pt")
     rc, err = _run(capsys, d, tmp_path / "out")
-    _assert_one_line(rc, err, "known layout")
-    rc, err = _run(capsys, d, tmp_path / "out", "--layout", "batched")
+    _assert_one_line(rc, err, "of a known kind")
+    rc, err = _run(capsys, d, tmp_path / "out", "--source-kind", "batched")
     _assert_one_line(rc, err, "no batched files")
+
+
+def test_the_old_name_of_source_kind_still_works_and_warns_in_one_line(
+    capsys, src: Path, tmp_path: Path
+) -> None:
+    """``--layout`` and a config's ``layout:`` were the names of ``--source-kind``."""
+    out = tmp_path / "out"
+    argv = [str(src), str(out), "--split", "train", "--no-progress"]
+    assert _exit_status([*argv, "--layout", "per-sample"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == "warning: --layout is now --source-kind (the old name will go)", err
+    config = tmp_path / "write.yaml"
+    config.write_text("layout: batched\n")
+    assert _exit_status([*argv, "--config", str(config)]) == 2  # src holds per-sample files
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == f"warning: layout in {config} is now source_kind (the old name will go)"
+    assert len(lines) == 2 and "no batched files" in lines[1], lines
+    with pytest.warns(FutureWarning, match="layout= is now kind="):
+        assert len(open_source(src, "train", layout="per-sample")) == len(open_source(src, "train"))
 
 
 def test_not_a_directory(capsys, tmp_path: Path) -> None:
@@ -246,7 +266,7 @@ def _exit_status(argv: list[str]) -> int:
         (["--shuffle", "-5"], "--shuffle must be between 0 and 18446744073709551615, got -5"),
         (["--shuffle", str(2**64)], "got 18446744073709551616"),
         (["--store-dtype", "int8"], "argument --store-dtype: invalid choice: 'int8'"),
-        (["--layout", "flat"], "argument --layout: invalid choice: 'flat'"),
+        (["--source-kind", "flat"], "argument --source-kind: invalid choice: 'flat'"),
         (["--split", ""], "--split must be split names (non-empty strings), got ['train', '']"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
@@ -269,7 +289,7 @@ def test_bad_flag_is_one_line_and_exit_2(capsys, src: Path, tmp_path: Path, flag
         ("limit: true", "limit in {config} must be an integer, got True (bool)"),
         ("shuffle: -1", "shuffle in {config} must be between 0 and"),
         ("store_dtype: int8", "store_dtype in {config} must be one of ['uint8', 'float16']"),
-        ("layout: 3", "layout in {config} must be one of ['auto', 'per-sample', 'batched']"),
+        ("source_kind: 3", "source_kind in {config} must be one of ['auto'"),
         ("src_dir: 3", "src_dir in {config} must be a directory, got 3 (int)"),
         ("split: [train, 3]", "split in {config} must be split names"),
     ],

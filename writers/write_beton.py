@@ -4,7 +4,7 @@
 Commands::
 
     python writers/write_beton.py SRC_DIR OUT_DIR --split train [--split val ...]
-        [--layout auto|per-sample|batched] [--workers N] [--limit N]
+        [--source-kind auto|per-sample|batched] [--workers N] [--limit N]
         [--page-size BYTES] [--store-dtype uint8|float16] [--shuffle SEED] [--resume]
         [--config YAML]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.core.settings import BENCH_DIR
-from bench.scale.user_data import SourceLayout
+from bench.scale.user_data import SourceSpec
 from bench.scale.user_targets import FULL
 
 __all__ = ["UserScaleConfig"]
@@ -97,9 +97,9 @@ class UserScaleConfig:
             raise ValueError(f"alone_runs must be at least 0, got {self.alone_runs}")
 
     @property
-    def layout(self) -> SourceLayout:
+    def source(self) -> SourceSpec:
         """The one source, at the largest size."""
-        return SourceLayout(
+        return SourceSpec(
             self.n,
             self.shape,
             self.num_classes,

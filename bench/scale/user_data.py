@@ -14,7 +14,7 @@ its bytes patched in place:
   (``torch.load`` does not check CRCs either; ``zipfile`` does).
 
 The same pairs also go into ``.pt`` packs of ``pack_size`` samples (lists of
-``(A, B, label)`` tensors, the layout :class:`bench.contest.torch_sets.PackPt` reads).
+``(A, B, label)`` tensors, the source :class:`bench.contest.torch_sets.PackPt` reads).
 Chunk ``c`` of ``CHUNK`` pairs is drawn from ``default_rng([seed, c])``, so any
 sample can be re-made to check a file (:func:`verify_sample`).
 """
@@ -39,7 +39,7 @@ import numpy as np
 __all__ = [
     "CHUNK",
     "KINDS",
-    "SourceLayout",
+    "SourceSpec",
     "check_space",
     "make_chunk",
     "make_source",
@@ -55,7 +55,7 @@ GIB = 1 << 30
 
 
 @dataclass(frozen=True)
-class SourceLayout:
+class SourceSpec:
     """What to make and where.
 
     Attributes:
@@ -95,13 +95,13 @@ class _Template:
     crc_at: tuple[int, int]
 
 
-def make_chunk(layout: SourceLayout, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def make_chunk(source: SourceSpec, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(A, B, labels)`` of chunk ``c``: pairs ``c * CHUNK`` up to ``(c + 1) * CHUNK``."""
-    k = min(layout.n, (c + 1) * CHUNK) - c * CHUNK
-    rng = np.random.default_rng([layout.seed, c])
-    a = rng.integers(0, 256, (k, *layout.shape), dtype=np.uint8)
-    b = rng.integers(0, 256, (k, *layout.shape), dtype=np.uint8)
-    labels = rng.integers(0, layout.num_classes, k, dtype=np.int64)
+    k = min(source.n, (c + 1) * CHUNK) - c * CHUNK
+    rng = np.random.default_rng([source.seed, c])
+    a = rng.integers(0, 256, (k, *source.shape), dtype=np.uint8)
+    b = rng.integers(0, 256, (k, *source.shape), dtype=np.uint8)
+    labels = rng.integers(0, source.num_classes, k, dtype=np.int64)
     return a, b, labels
 
 
@@ -155,12 +155,12 @@ def _template(folder: Path, kind: str, digits: int, value: Any) -> _Template:
     )
 
 
-def _templates(layout: SourceLayout, folder: Path) -> dict[tuple[str, int], _Template]:
+def _templates(source: SourceSpec, folder: Path) -> dict[tuple[str, int], _Template]:
     import torch
 
-    image = torch.zeros(layout.shape, dtype=torch.uint8)
+    image = torch.zeros(source.shape, dtype=torch.uint8)
     out = {}
-    for digits in range(1, len(str(layout.n - 1)) + 1):
+    for digits in range(1, len(str(source.n - 1)) + 1):
         out["A_images", digits] = _template(folder, "A_images", digits, image)
         out["B_images", digits] = _template(folder, "B_images", digits, image.clone())
         out["labels", digits] = _template(folder, "labels", digits, torch.tensor(0))
@@ -189,23 +189,23 @@ def _write_file(path: str, data: bytes | bytearray) -> None:
         os.close(fd)
 
 
-def _write_packs(layout: SourceLayout, c: int, arrays: tuple[np.ndarray, ...]) -> None:
+def _write_packs(source: SourceSpec, c: int, arrays: tuple[np.ndarray, ...]) -> None:
     import torch
 
     a, b, labels = arrays
     first = c * CHUNK
-    for s in range(0, len(a), layout.pack_size):
+    for s in range(0, len(a), source.pack_size):
         pack = [
             (torch.from_numpy(a[i].copy()), torch.from_numpy(b[i].copy()), torch.tensor(labels[i]))
-            for i in range(s, min(len(a), s + layout.pack_size))
+            for i in range(s, min(len(a), s + source.pack_size))
         ]
-        torch.save(pack, layout.packs / f"{SPLIT}_batch_{(first + s) // layout.pack_size}.pt")
+        torch.save(pack, source.packs / f"{SPLIT}_batch_{(first + s) // source.pack_size}.pt")
 
 
 def _write_range(arrays: tuple[np.ndarray, ...], first: int, start: int, stop: int) -> None:
     """Files of pairs ``first + start .. first + stop`` (rows ``start .. stop`` of ``arrays``)."""
     templates: dict[tuple[str, int], _Template] = _STATE["templates"]
-    root = str(_STATE["layout"].src)
+    root = str(_STATE["source"].src)
     for j in range(start, stop):
         i = first + j
         digits = len(str(i))
@@ -217,15 +217,15 @@ def _write_range(arrays: tuple[np.ndarray, ...], first: int, start: int, stop: i
 
 
 def _write_chunk(c: int) -> int:
-    layout: SourceLayout = _STATE["layout"]
-    arrays = make_chunk(layout, c)
+    source: SourceSpec = _STATE["source"]
+    arrays = make_chunk(source, c)
     first, k = c * CHUNK, len(arrays[0])
     # Creating a file waits on the disk far more than on the CPU: many threads per process.
     with ThreadPoolExecutor(IO_THREADS) as ex:
         jobs = [
             ex.submit(_write_range, arrays, first, s, min(k, s + 250)) for s in range(0, k, 250)
         ]
-        _write_packs(layout, c, arrays)
+        _write_packs(source, c, arrays)
         for job in jobs:
             job.result()
     return k
@@ -235,7 +235,7 @@ def _blocks(size: int, block: int) -> int:
     return -(-size // block) * block
 
 
-def check_space(layout: SourceLayout, beton_bytes: int) -> dict[str, float]:
+def check_space(source: SourceSpec, beton_bytes: int) -> dict[str, float]:
     """Disk and inodes the source, the packs and the `.beton` need, against what is free.
 
     Returns:
@@ -244,17 +244,17 @@ def check_space(layout: SourceLayout, beton_bytes: int) -> dict[str, float]:
     Raises:
         ValueError: too little room; one line saying how much is needed and free.
     """
-    probe = layout.src.parent
+    probe = source.src.parent
     while not probe.exists():  # nothing is created before the check passes
         probe = probe.parent
     st = os.statvfs(probe)
     block = st.f_frsize or st.f_bsize
-    image = int(np.prod(layout.shape))
+    image = int(np.prod(source.shape))
     # A torch.save archive of a small tensor is ~1.3 KiB + payload; each takes whole blocks.
     per_pair = 2 * _blocks(1600 + image, block) + _blocks(1600, block) + 3 * 48  # + dir entries
-    packs = -(-layout.n // layout.pack_size) * (layout.pack_size * (2 * image + 1200))
-    need = int(1.1 * (layout.n * per_pair + packs + beton_bytes)) + GIB
-    inodes = 3 * layout.n + layout.n // layout.pack_size + 1000
+    packs = -(-source.n // source.pack_size) * (source.pack_size * (2 * image + 1200))
+    need = int(1.1 * (source.n * per_pair + packs + beton_bytes)) + GIB
+    inodes = 3 * source.n + source.n // source.pack_size + 1000
     out = {
         "need_gib": need / GIB,
         "free_gib": st.f_bavail * st.f_frsize / GIB,
@@ -263,21 +263,21 @@ def check_space(layout: SourceLayout, beton_bytes: int) -> dict[str, float]:
     }
     if out["need_gib"] > out["free_gib"] or inodes > st.f_favail:
         raise ValueError(
-            f"not enough room under {probe} for {layout.n:,} pairs: need "
+            f"not enough room under {probe} for {source.n:,} pairs: need "
             f"{out['need_gib']:.1f} GiB and {inodes:,} inodes, free {out['free_gib']:.1f} GiB "
             f"and {st.f_favail:,} inodes"
         )
     return out
 
 
-def make_source(layout: SourceLayout, workers: int = 2) -> None:
+def make_source(source: SourceSpec, workers: int = 2) -> None:
     """Write every per-sample file and every pack, in ``workers`` forked processes."""
-    layout.src.mkdir(parents=True, exist_ok=True)
-    layout.packs.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=layout.src.parent) as tmp:
-        templates = _templates(layout, Path(tmp))
-    _STATE.update(layout=layout, templates=templates)
-    chunks = range(-(-layout.n // CHUNK))
+    source.src.mkdir(parents=True, exist_ok=True)
+    source.packs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=source.src.parent) as tmp:
+        templates = _templates(source, Path(tmp))
+    _STATE.update(source=source, templates=templates)
+    chunks = range(-(-source.n // CHUNK))
     try:
         with mp.get_context("fork").Pool(workers) as pool:
             for _ in pool.imap_unordered(_write_chunk, chunks):
@@ -286,7 +286,7 @@ def make_source(layout: SourceLayout, workers: int = 2) -> None:
         _STATE.clear()
 
 
-def verify_sample(layout: SourceLayout, count: int = 64) -> int:
+def verify_sample(source: SourceSpec, count: int = 64) -> int:
     """``torch.load`` (and a zip CRC check of) the three files of ``count`` pairs, spread
     over every index width, plus one pack, against the re-made chunk.
 
@@ -298,27 +298,27 @@ def verify_sample(layout: SourceLayout, count: int = 64) -> int:
     """
     import torch
 
-    rng = np.random.default_rng(layout.seed)
-    idx = {0, layout.n - 1, *rng.integers(0, layout.n, count).tolist()}
-    idx |= {10**d for d in range(1, 7) if 10**d < layout.n}
+    rng = np.random.default_rng(source.seed)
+    idx = {0, source.n - 1, *rng.integers(0, source.n, count).tolist()}
+    idx |= {10**d for d in range(1, 7) if 10**d < source.n}
     checked = 0
     for i in sorted(idx):
         c, j = divmod(i, CHUNK)
-        arrays = make_chunk(layout, c)
+        arrays = make_chunk(source, c)
         want = (arrays[0][j], arrays[1][j], arrays[2][j])
         for kind, value in zip(KINDS, want):
-            path = layout.src / f"{_stem(kind, i)}.pt"
+            path = source.src / f"{_stem(kind, i)}.pt"
             got = torch.load(path, weights_only=True).numpy()
             with zipfile.ZipFile(path) as z:
                 bad = z.testzip()
             if got.shape != np.shape(value) or not np.array_equal(got, value) or bad:
                 raise RuntimeError(f"{path}: does not hold pair {i} ({kind}); bad record {bad}")
             checked += 1
-    k = int(rng.integers(0, -(-layout.n // layout.pack_size)))
-    path = layout.packs / f"{SPLIT}_batch_{k}.pt"
+    k = int(rng.integers(0, -(-source.n // source.pack_size)))
+    path = source.packs / f"{SPLIT}_batch_{k}.pt"
     pack = torch.load(path, weights_only=True)
-    i = k * layout.pack_size
-    arrays = make_chunk(layout, i // CHUNK)
+    i = k * source.pack_size
+    arrays = make_chunk(source, i // CHUNK)
     if not np.array_equal(pack[0][0].numpy(), arrays[0][i % CHUNK]):
         raise RuntimeError(f"{path}: first A is not pair {i}")
     return checked + 1
@@ -331,21 +331,21 @@ def _unlink_range(root: str, start: int, stop: int) -> None:
                 os.unlink(f"{root}/{_stem(kind, i)}.pt")
 
 
-def remove_source(layout: SourceLayout) -> list[str]:
+def remove_source(source: SourceSpec) -> list[str]:
     """Delete the per-sample files (by name, from many threads: on a disk mounted with
     ``discard`` every unlink waits for the device) and the packs.
 
     Returns:
         Paths that are still there afterwards (empty when all went).
     """
-    if layout.src.is_dir():
-        root, n = str(layout.src), layout.n
+    if source.src.is_dir():
+        root, n = str(source.src), source.n
         with ThreadPoolExecutor(4 * IO_THREADS) as ex:
             jobs = [ex.submit(_unlink_range, root, s, min(n, s + 500)) for s in range(0, n, 500)]
             for job in jobs:
                 job.result()
     left = []
-    for folder in (layout.src, layout.packs):
+    for folder in (source.src, source.packs):
         shutil.rmtree(folder, ignore_errors=True)
         if folder.exists():
             left.append(str(folder))

@@ -53,24 +53,24 @@ def _blocks(path: Path) -> int:
 
 
 def _source(cfg: UserScaleConfig) -> dict[str, Any]:
-    layout = cfg.layout
+    source = cfg.source
     t = time.perf_counter()
-    make_source(layout, cfg.gen_workers)
+    make_source(source, cfg.gen_workers)
     seconds = time.perf_counter() - t
-    checked = verify_sample(layout)
+    checked = verify_sample(source)
     per_kind = {  # every file of a kind and index width has the same size: the last index's
-        k: _blocks(layout.src / f"train_{k}_{cfg.n - 1}.pt")
+        k: _blocks(source.src / f"train_{k}_{cfg.n - 1}.pt")
         for k in ("A_images", "B_images", "labels")
     }
-    packs = sum(_blocks(p) for p in layout.packs.iterdir())
-    src_bytes = cfg.n * sum(per_kind.values()) + _blocks(layout.src)
+    packs = sum(_blocks(p) for p in source.packs.iterdir())
+    src_bytes = cfg.n * sum(per_kind.values()) + _blocks(source.src)
     return {
         "seconds": seconds,
         "files_per_s": 3 * cfg.n / seconds,
         "verified_files": checked,
         "src_bytes": src_bytes,
         "file_bytes": per_kind,
-        "dir_bytes": _blocks(layout.src),
+        "dir_bytes": _blocks(source.src),
         "pack_bytes": packs,
         "packs": -(-cfg.n // cfg.pack_size),
     }
@@ -95,7 +95,7 @@ def _cleanup(cfg: UserScaleConfig) -> dict[str, Any]:
     t = time.perf_counter()
     log.info("user-scale: deleting %s (interrupting leaves it: rm -rf it)", cfg.work)
     try:
-        left = remove_source(cfg.layout)
+        left = remove_source(cfg.source)
     except KeyboardInterrupt:
         log.error("user-scale: deletion interrupted; left %s", cfg.work)
         raise
@@ -125,7 +125,7 @@ def check_user_scale(cfg: UserScaleConfig) -> dict[str, float]:
     if cfg.work.exists() and any(cfg.work.iterdir()):
         raise ValueError(f"{cfg.work} is not empty; remove it or pass another --work")
     beton = int(1.2 * cfg.n * (2 * cfg.image_bytes + 8)) + (64 << 20)
-    return check_space(cfg.layout, beton_bytes=beton)
+    return check_space(cfg.source, beton_bytes=beton)
 
 
 def run_user_scale(cfg: UserScaleConfig, command: str) -> Path:
@@ -136,7 +136,7 @@ def run_user_scale(cfg: UserScaleConfig, command: str) -> Path:
     from bench.scale.user_report import write_user_report
 
     t0 = time.perf_counter()
-    layout = cfg.layout
+    source = cfg.source
     space = check_user_scale(cfg)
     res: dict[str, Any] = {
         "date": cfg.date,
@@ -149,9 +149,9 @@ def run_user_scale(cfg: UserScaleConfig, command: str) -> Path:
     }
     failed: Exception | None = None
     try:
-        log.info("user-scale: making %d pairs under %s", cfg.n, layout.src)
+        log.info("user-scale: making %d pairs under %s", cfg.n, source.src)
         res["source"] = _source(cfg)
-        res["source"]["load_per_s"] = _load_rate(layout.src)
+        res["source"]["load_per_s"] = _load_rate(source.src)
         for n in cfg.sizes:
             res["sizes"].append({"n": n})
             run_size(cfg, res["sizes"][-1])

@@ -48,8 +48,8 @@ def row_specs(cfg: UserScaleConfig, n: int) -> list[RowSpec]:
         n=n,
         pack_size=cfg.pack_size,
         beton=str(cfg.beton(n)),
-        src=str(cfg.layout.src),
-        packs=str(cfg.layout.packs),
+        src=str(cfg.source.src),
+        packs=str(cfg.source.packs),
         crop=(cfg.shape[-2], cfg.shape[-1]),
         crop_padding=cfg.crop_padding,
         seed=cfg.seed,
@@ -97,7 +97,7 @@ def _beton_from_arrays(cfg: UserScaleConfig, n: int) -> None:
     from bench.scale.user_data import CHUNK, make_chunk
     from ffcv_pairs import ArraySource, write_pairs
 
-    chunks = [make_chunk(cfg.layout, c) for c in range(math.ceil(n / CHUNK))]
+    chunks = [make_chunk(cfg.source, c) for c in range(math.ceil(n / CHUNK))]
     a, b, labels = (np.concatenate([c[k] for c in chunks])[:n] for k in range(3))
     del chunks
     write_pairs(ArraySource(a, b, labels), cfg.beton(n), workers=cfg.writer_workers, progress=False)
@@ -109,7 +109,7 @@ def _convert(cfg: UserScaleConfig, n: int) -> dict[str, Any]:
     cap = cfg.writer_cap or max(3600.0, 8 * TARGET_CONVERT_S * n / FULL)
     largest = n == cfg.n
     res = convert(
-        cfg.layout.src,
+        cfg.source.src,
         cfg.beton(n),
         n,
         cfg.writer_workers,

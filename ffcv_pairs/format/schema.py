@@ -33,11 +33,11 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "ArraySpec",
     "Jpeg",
-    "JpegLayout",
+    "JpegAxes",
     "PairSchema",
     "Quantization",
     "channel_axis",
-    "jpeg_layout",
+    "jpeg_axes",
 ]
 
 #: Image dtypes that are stored and loaded bit-exactly.
@@ -47,7 +47,7 @@ NOTE_OFFSET = 768
 _NOTE_MAGIC = b"ffcv-pairs-note/1 "
 _NOTE_ROOM = 1024 - NOTE_OFFSET
 
-JpegLayout = Literal["chw", "hwc", "hw"]
+JpegAxes = Literal["chw", "hwc", "hw"]
 
 
 def channel_axis(shape: tuple[int, ...]) -> Literal["first", "last", "none"] | None:
@@ -65,7 +65,7 @@ def channel_axis(shape: tuple[int, ...]) -> Literal["first", "last", "none"] | N
     return None
 
 
-def jpeg_layout(shape: tuple[int, ...]) -> JpegLayout:
+def jpeg_axes(shape: tuple[int, ...]) -> JpegAxes:
     """How an image of ``shape`` maps to a JPEG: its :func:`channel_axis` (as the
     augmentation reads it), with 1 or 3 channels; else a ValueError giving the shape."""
     axis = channel_axis(shape)
@@ -160,7 +160,7 @@ class ArraySpec:
         dtype: One of :data:`SUPPORTED_DTYPES` (the stored dtype).
         quantized: For uint8 that stands for floats, their :class:`Quantization`.
         jpeg: For a uint8 image stored compressed, its :class:`Jpeg` (``shape`` is then
-            the decoded shape; see :func:`jpeg_layout`).
+            the decoded shape; see :func:`jpeg_axes`).
     """
 
     shape: tuple[int, ...]
@@ -184,23 +184,23 @@ class ArraySpec:
                     f"JPEG stores uint8 images, got {self.dtype}{list(self.shape)} (quantize "
                     f"floats to uint8 first: --quantize uint8 --range LO,HI)"
                 )
-            jpeg_layout(self.shape)
+            jpeg_axes(self.shape)
 
     @property
-    def layout(self) -> JpegLayout:
-        """Where a JPEG field's channels are (see :func:`jpeg_layout`)."""
-        return jpeg_layout(self.shape)
+    def jpeg_axes(self) -> JpegAxes:
+        """Where a JPEG field's channels are (see :func:`jpeg_axes`)."""
+        return jpeg_axes(self.shape)
 
     @property
     def height_width(self) -> tuple[int, int]:
         """A JPEG field's rows and columns."""
-        shape, layout = self.shape, self.layout
-        return (shape[1], shape[2]) if layout == "chw" else (shape[0], shape[1])
+        shape = self.shape
+        return (shape[1], shape[2]) if self.jpeg_axes == "chw" else (shape[0], shape[1])
 
     @property
     def channels(self) -> int:
         """A JPEG field's channels (1 or 3)."""
-        return {"chw": self.shape[0], "hwc": self.shape[-1], "hw": 1}[self.layout]
+        return {"chw": self.shape[0], "hwc": self.shape[-1], "hw": 1}[self.jpeg_axes]
 
     @property
     def np_dtype(self) -> np.dtype:

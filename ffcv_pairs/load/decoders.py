@@ -238,7 +238,7 @@ class JpegPairDecoder(PairDecoder):
             row[FORM_BYTES] = spec.nbytes
             if spec.jpeg is not None:
                 row[FORM_JPEG], row[FORM_CHANNELS] = 1, spec.channels
-                row[FORM_CHANNELS_FIRST] = CHW if spec.layout == "chw" else HWC
+                row[FORM_CHANNELS_FIRST] = CHW if spec.jpeg_axes == "chw" else HWC
                 row[FORM_HEIGHT], row[FORM_WIDTH] = spec.height_width
                 row[FORM_DOWNSCALE] = reduces
         if fused is not None:

@@ -37,7 +37,7 @@ def stored_image(reader: PairReader, field: str, sid: int) -> np.ndarray:
     from ..kernels.jpeg import CHW, HWC, decode_image
 
     h, w = spec.height_width
-    first = spec.layout == "chw"
+    first = spec.jpeg_axes == "chw"
     out = np.empty((spec.channels, h, w) if first else (h, w, spec.channels), dtype=np.uint8)
     if decode_image(data, 0, len(data), out, CHW if first else HWC, spec.channels):
         raise BetonError(f"{reader.path}: sample {sid} field {field!r}: corrupt JPEG")
@@ -81,7 +81,7 @@ def compare_with_source(
             if want.shape != spec.shape or want.dtype != spec.np_dtype:
                 return Mismatch(f"{at}: field {field!r} differs from {where}")
             if spec.jpeg is not None:
-                want = encode_jpeg(want, spec.layout, spec.jpeg.quality)
+                want = encode_jpeg(want, spec.jpeg_axes, spec.jpeg.quality)
             if want.tobytes() != stored_bytes(reader, field, sid).tobytes():
                 what = "stored JPEG differs from a fresh encode of" if spec.jpeg else "differs from"
                 return Mismatch(f"{at}: field {field!r} {what} {where}")

@@ -13,15 +13,16 @@ from typing import Any
 from .._checks import integer, one_of, optional
 from ..format import layout
 from . import arguments
+from .source_kinds import SOURCE_KINDS, renamed_kind
 
 __all__ = ["WRITE_KEYS", "merge_write_config"]
 
-_WRITE_DEFAULTS: dict[str, object] = {"layout": "auto", "page_size": "8MiB"}
+_WRITE_DEFAULTS: dict[str, object] = {"source_kind": "auto", "page_size": "8MiB"}
 WRITE_KEYS = (
     "src_dir",
     "out_dir",
     "split",
-    "layout",
+    "source_kind",
     "workers",
     "limit",
     "page_size",
@@ -64,7 +65,7 @@ def _write_option(key: str, name: str, value: Any) -> Any:
         "src_dir": _directory,
         "out_dir": _directory,
         "split": _splits,
-        "layout": lambda n, v: one_of(n, v, ("auto", "per-sample", "batched")),
+        "source_kind": lambda n, v: one_of(n, v, SOURCE_KINDS),
         "workers": arguments.check_workers,
         "limit": lambda n, v: optional(integer)(n, v, 1),
         "page_size": arguments.check_page_size,
@@ -91,12 +92,18 @@ def merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
         loaded = yaml.safe_load(args.config.read_text()) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{args.config}: expected a mapping of write options")
+        if "layout" in loaded:  # the old name of source_kind
+            old = loaded.pop("layout")
+            where = f"layout in {args.config}"
+            loaded.setdefault("source_kind", renamed_kind("auto", old, where, "source_kind"))
         unknown = sorted(set(loaded) - set(WRITE_KEYS))
         if unknown:
             raise ValueError(
                 f"{args.config}: unknown option(s) {unknown}; known: {list(WRITE_KEYS)}"
             )
         file = loaded
+    if args.layout is not None:
+        args.source_kind = renamed_kind(args.source_kind, args.layout, "--layout", "--source-kind")
     from_file = {key for key in file if getattr(args, key) is None}
     for key in WRITE_KEYS:
         if getattr(args, key) is None:

@@ -111,7 +111,7 @@ def _encode(task: tuple[int, int]) -> Encoded:
             data = (
                 image.tobytes()
                 if spec.jpeg is None
-                else encode_jpeg(image, spec.layout, spec.jpeg.quality).tobytes()
+                else encode_jpeg(image, spec.jpeg_axes, spec.jpeg.quality).tobytes()
             )
             sizes[j, t] = len(data)
             parts.append(data)

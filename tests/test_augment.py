@@ -12,6 +12,7 @@ import torch
 
 from ffcv_pairs import ArraySource, make_loader, write_pairs
 from ffcv_pairs.augment.config import PairAugment, image_axes
+from ffcv_pairs.format.reader import PairReader
 from ffcv_pairs.load.pipeline import LoaderError
 
 SEED = 11
@@ -400,6 +401,9 @@ def test_old_spellings_still_work_with_a_warning(tmp_path: Path) -> None:
         assert PairAugment.from_dict({"paired_geometry": False}).geometry_paired is False
     a, b, labels = _data(16, (3, 12, 12), "uint8")
     path = _file(tmp_path, a, b, labels)
+    schema = PairReader(path).schema
+    with pytest.warns(FutureWarning, match=r"layouts\(\) is now field_axes\(\)"):
+        assert flag.layouts(schema) == flag.field_axes(schema)
     new_way = _batches(path, PairAugment(resized_crop=(9, 9), crop_scale=(0.3, 1.0), hflip=0.5))
     for x, y in zip(_batches(path, old), new_way):
         np.testing.assert_array_equal(x, y)

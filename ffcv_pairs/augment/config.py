@@ -288,8 +288,10 @@ class PairAugment:
                         )
         return out
 
-    #: The name before issue 30 ("layout" now means the ``.beton``'s page layout only).
-    layouts = field_axes
+    def layouts(self, schema: PairSchema) -> dict[str, ImageAxes]:
+        """The old name of :meth:`field_axes` (warns: "layout" is the page layout only)."""
+        warnings.warn("PairAugment.layouts() is now field_axes()", FutureWarning, stacklevel=2)
+        return self.field_axes(schema)
 
     def _check_fill(self, name: str, spec: ArraySpec) -> None:
         """``fill`` must be a value of the stored dtype: padding never wraps or rounds."""

@@ -97,9 +97,10 @@ class PairLoader:
         share = self.spec.num_samples(self.index.num_samples)
         if cfg.drop_last and share == 0:
             each = self.index.num_samples // self.world_size
+            chosen = " chosen by indices" if cfg.indices is not None else ""
             raise ValueError(
                 f"{self.path}: batch_size {cfg.batch_size} is larger than this rank's share of "
-                f"{each} samples ({self.index.num_samples} samples over world_size "
+                f"{each} samples ({self.index.num_samples} samples{chosen} over world_size "
                 f"{self.world_size}); use a smaller batch_size or drop_last=False"
             )
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from ffcv_pairs.format.schema import ArraySpec, Jpeg, jpeg_axes
-from ffcv_pairs.kernels.jpeg import CHW, HWC, SCALES, decode_image, decode_rgb, scaled_size
+from ffcv_pairs.kernels.geometry import scaled_size
+from ffcv_pairs.kernels.jpeg import CHW, HWC, SCALES, decode_image, decode_rgb
 from ffcv_pairs.write.encode import encode_jpeg
 
 

@@ -20,7 +20,8 @@ from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.reader import PairReader
 from ffcv_pairs.kernels.decode import decode_pairs, decode_pairs_serial
 from ffcv_pairs.kernels.fused import fused_pairs, fused_pairs_serial
-from ffcv_pairs.kernels.jpeg import decode_rgb, scaled_size
+from ffcv_pairs.kernels.geometry import scaled_size
+from ffcv_pairs.kernels.jpeg import decode_rgb
 from ffcv_pairs.load import prefetch
 from ffcv_pairs.write import tracker
 from ffcv_pairs.write.sources import SourceError

@@ -21,7 +21,7 @@ import numba as nb
 import numpy as np
 
 from .decode import BatchRefs, FieldPair, StoredImage
-from .geometry import GeometryConfig, geometry_params, reduction
+from .geometry import GeometryConfig, geometry_params, reduction, scaled_size
 from .photometric import (
     ChannelPlanes,
     PhotometricConfig,
@@ -128,7 +128,7 @@ def _source(job, t, place):  # pragma: no cover - JIT
     if not (job.geo.resize and job.ops.downscale[t]):
         return image, np.int64(1)
     d = reduction(job.geo, place)
-    h, w = (image.height + d - 1) // d, (image.width + d - 1) // d
+    h, w = scaled_size(image.height, image.width, d)
     return StoredImage(image.planes, h, w, image.pixel_bytes), d
 
 

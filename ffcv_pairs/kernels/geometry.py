@@ -28,6 +28,7 @@ __all__ = [
     "geometry_params",
     "inverse",
     "reduction",
+    "scaled_size",
 ]
 
 PAD_CONSTANT, PAD_REFLECT, PAD_EDGE = 0, 1, 2
@@ -129,6 +130,13 @@ def reduction(geo, place):  # pragma: no cover - JIT
         if place.rh >= d * geo.out_h and place.rw >= d * geo.out_w:
             return np.int64(d)
     return np.int64(1)
+
+
+@nb.njit(cache=True, nogil=True)
+def scaled_size(height, width, denom):  # pragma: no cover - JIT
+    """``(ceil(height / denom), ceil(width / denom))``: an image reduced ``denom`` times (a
+    JPEG decoded at 1/denom)."""
+    return (height + denom - 1) // denom, (width + denom - 1) // denom
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

@@ -41,7 +41,7 @@ import numpy as np
 from numba import types
 
 from .decode import BatchRefs as _Refs
-from .geometry import REDUCTIONS, geometry_params, reduction
+from .geometry import REDUCTIONS, geometry_params, reduction, scaled_size
 
 __all__ = [
     "CHW",
@@ -59,7 +59,6 @@ __all__ = [
     "decode_scaled",
     "extension_path",
     "header_size",
-    "scaled_size",
     "unpack_pairs",
     "unpack_pairs_serial",
 ]
@@ -110,12 +109,6 @@ _imdecode: Any = types.ExternalFunction(
         types.uint8,
     ),
 )
-
-
-@nb.njit(cache=True, nogil=True)
-def scaled_size(height, width, denom):  # pragma: no cover - JIT
-    """``(ceil(height / denom), ceil(width / denom))``: the size of a 1/denom decode."""
-    return (height + denom - 1) // denom, (width + denom - 1) // denom
 
 
 @nb.njit(cache=True, nogil=True)
@@ -205,7 +198,8 @@ def decode_scaled(
     src, start, size, out, height, width, channels_first, channels, denom
 ):  # pragma: no cover - JIT
     """Decode one stored ``height x width`` image at 1/``denom`` scale into the flat uint8
-    ``out``, in its stored layout at the size :func:`scaled_size` gives.
+    ``out``, in its stored layout at the size
+    :func:`~ffcv_pairs.kernels.geometry.scaled_size` gives.
 
     Args:
         src, start, size: Where the JPEG is (see :func:`decode_rgb`).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,13 @@ import pytest
 import torch
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+
+# A suite started in the background (`make test &`, a script's `cmd &`) inherits SIGINT
+# ignored, and so would every writer it forks: the writer rightly keeps an ignored SIGINT
+# ignored (tests/test_write_pool.py checks that), and the tests that press Ctrl-C on it
+# would fail. Each test runs as if in a terminal's foreground.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def make_arrays(n: int, shape=(3, 8, 8), dtype="uint8", seed: int = 0):

@@ -79,6 +79,33 @@ def test_sigterm_and_ctrl_c_stop_the_writer(
     _resume_matches(capsys, small_src, out, small_reference)
 
 
+def test_a_background_writer_ignores_ctrl_c_and_stops_on_sigterm(
+    tmp_path: Path, small_src: Path
+) -> None:
+    # Started with `&`, a job has SIGINT ignored, so that a Ctrl-C meant for the terminal's
+    # foreground leaves it running; the writer keeps it so, in its workers too.
+    out, hooks = tmp_path / "out", tmp_path / "hooks"
+    hooks.mkdir()
+    proc = start_writer(
+        small_argv(small_src, out, "--workers", "2"),
+        tmp_path / "log",
+        hook="page@6:block",
+        hook_dir=hooks,
+        background=True,
+    )
+    workers = reached(hooks)
+    os.kill(proc.pid, signal.SIGINT)
+    for pid in workers:
+        os.kill(pid, signal.SIGINT)
+    proc.join(1.0)  # a Ctrl-C taken stops it within 0.2 s
+    assert proc.exitcode is None, (tmp_path / "log").read_text()
+    for pid in workers:
+        os.kill(pid, 0)  # still there
+    os.kill(proc.pid, signal.SIGTERM)
+    assert finish(proc) == 128 + signal.SIGTERM
+    assert "interrupted by SIGTERM" in _one_line(tmp_path / "log")
+
+
 def test_second_writer_is_refused_and_first_finishes_intact(
     capsys, tmp_path: Path, small_src: Path, small_reference: bytes
 ) -> None:

@@ -25,7 +25,9 @@ SCRIPT = Path(__file__).parents[1] / "writers" / "write_beton.py"
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _child(argv: list[str], env: dict[str, str], log: str) -> None:
+def _child(argv: list[str], env: dict[str, str], log: str, background: bool) -> None:
+    if background:  # what a shell's `&` gives a job: SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.setsid()
     out = open(log, "w", buffering=1)  # noqa: SIM115 - lives until the child exits
     os.dup2(out.fileno(), 1)
@@ -38,15 +40,22 @@ def _child(argv: list[str], env: dict[str, str], log: str) -> None:
 
 
 def start_writer(
-    argv: Sequence[str], log: Path, hook: str | None = None, hook_dir: Path | None = None
+    argv: Sequence[str],
+    log: Path,
+    hook: str | None = None,
+    hook_dir: Path | None = None,
+    background: bool = False,
 ) -> mp.process.BaseProcess:
-    """``write_beton.py argv`` in a forked child; ``hook`` sets the writer's test hook."""
+    """``write_beton.py argv`` in a forked child; ``hook`` sets the writer's test hook;
+    ``background`` starts it with SIGINT ignored, as a shell starts ``cmd &``."""
     env = {}
     if hook is not None:
         env[HOOK_ENV] = hook
     if hook_dir is not None:
         env[HOOK_DIR_ENV] = str(hook_dir)
-    proc = mp.get_context("fork").Process(target=_child, args=(list(argv), env, str(log)))
+    proc = mp.get_context("fork").Process(
+        target=_child, args=(list(argv), env, str(log), background)
+    )
     proc.start()
     return proc
 

@@ -33,9 +33,10 @@ def _resume_matches(capsys, small_src: Path, out: Path, small_reference: bytes) 
     assert (out / "train.beton").read_bytes() == small_reference
 
 
-def test_killed_worker_ends_the_writer_cleanly(
-    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
-) -> None:
+def _blocked_writer(
+    tmp_path: Path, small_src: Path, background: bool = False
+) -> tuple[multiprocessing.process.BaseProcess, Path, list[int]]:
+    """A 2-worker writer whose worker has blocked at page 6: (process, out folder, workers)."""
     out, hooks = tmp_path / "out", tmp_path / "hooks"
     hooks.mkdir()
     proc = start_writer(
@@ -43,8 +44,16 @@ def test_killed_worker_ends_the_writer_cleanly(
         tmp_path / "log",
         hook="page@6:block",
         hook_dir=hooks,
+        background=background,
     )
-    victim = reached(hooks)[0]
+    return proc, out, reached(hooks)
+
+
+def test_killed_worker_ends_the_writer_cleanly(
+    capsys, tmp_path: Path, small_src: Path, small_reference: bytes
+) -> None:
+    proc, out, workers = _blocked_writer(tmp_path, small_src)
+    victim = workers[0]
     os.kill(victim, signal.SIGKILL)
     assert finish(proc) == 2  # returns instead of waiting forever for the lost page
     line = _one_line(tmp_path / "log")
@@ -60,15 +69,7 @@ def test_killed_worker_ends_the_writer_cleanly(
 def test_sigterm_and_ctrl_c_stop_the_writer(
     capsys, tmp_path: Path, small_src: Path, small_reference: bytes, signum: int, words: str
 ) -> None:
-    out, hooks = tmp_path / "out", tmp_path / "hooks"
-    hooks.mkdir()
-    proc = start_writer(
-        small_argv(small_src, out, "--workers", "2"),
-        tmp_path / "log",
-        hook="page@6:block",
-        hook_dir=hooks,
-    )
-    workers = reached(hooks)
+    proc, out, workers = _blocked_writer(tmp_path, small_src)
     os.kill(proc.pid, signum)
     assert finish(proc) == 128 + signum
     line = _one_line(tmp_path / "log")
@@ -84,16 +85,7 @@ def test_a_background_writer_ignores_ctrl_c_and_stops_on_sigterm(
 ) -> None:
     # Started with `&`, a job has SIGINT ignored, so that a Ctrl-C meant for the terminal's
     # foreground leaves it running; the writer keeps it so, in its workers too.
-    out, hooks = tmp_path / "out", tmp_path / "hooks"
-    hooks.mkdir()
-    proc = start_writer(
-        small_argv(small_src, out, "--workers", "2"),
-        tmp_path / "log",
-        hook="page@6:block",
-        hook_dir=hooks,
-        background=True,
-    )
-    workers = reached(hooks)
+    proc, _, workers = _blocked_writer(tmp_path, small_src, background=True)
     os.kill(proc.pid, signal.SIGINT)
     for pid in workers:
         os.kill(pid, signal.SIGINT)

@@ -134,7 +134,7 @@ def quick_config() -> BenchConfig:
 
 
 def smoke_config() -> BenchConfig:
-    """Every row and table at the smallest sizes, about a minute on 2 cores: the test
+    """Every row and table at the smallest sizes, about 100 s on 2 cores: the test
     suite's check that a report is whole. Its figures mean nothing (one start-up size,
     two epochs, time boxes of a second, a 16 MiB cold file)."""
     return quick_config().replace(

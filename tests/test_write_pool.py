@@ -84,7 +84,8 @@ def test_a_background_writer_ignores_ctrl_c_and_stops_on_sigterm(
     tmp_path: Path, small_src: Path
 ) -> None:
     # Started with `&`, a job has SIGINT ignored, so that a Ctrl-C meant for the terminal's
-    # foreground leaves it running; the writer keeps it so, in its workers too.
+    # foreground leaves it running; the writer keeps it so. Its workers ignore SIGINT in
+    # any case (the writer handles Ctrl-C) and carry on as well.
     proc, _, workers = _blocked_writer(tmp_path, small_src, background=True)
     os.kill(proc.pid, signal.SIGINT)
     for pid in workers:

@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
+import pytest
+
 import ffcv_pairs
 from ffcv_pairs.kernels import _cache
 
@@ -36,13 +39,71 @@ print(json.dumps({"flips": flips, "hits": sum(geometry_params.stats.cache_hits.v
 """
 
 
-def _probe(root: Path, probe: str = PROBE) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_CACHE_DIR": ""}
+def _env(root: Path, **extra: str) -> dict[str, str]:
+    """The environment of a probe of the package copied under ``root``: kernels cached in
+    ``root/cache`` unless ``extra`` says otherwise (a value of "" removes the variable)."""
+    env = {**os.environ, "PYTHONPATH": str(root), "FFCV_PAIRS_CACHE_DIR": str(root / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    env.update(extra)
+    return {k: v for k, v in env.items() if v != ""}
+
+
+def _probe(root: Path, probe: str = PROBE, env: dict[str, str] | None = None) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True
+        [sys.executable, "-c", probe],
+        cwd=root,
+        env=env or _env(root),
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "stderr": out.stderr}
+
+
+def _kernel_folder(root: Path, copy: Path) -> Path:
+    """Where the copied package's kernels are cached under the cache ``root``."""
+    digest = _cache.kernel_sources_digest(copy / "kernels")[:16]
+    return root / ffcv_pairs.__version__ / f"numba-{numba.__version__}" / digest / "kernels"
+
+
+def test_kernels_are_cached_per_user_and_version_not_beside_the_source(tmp_path: Path) -> None:
+    """By default the kernels go to ``$XDG_CACHE_HOME/ffcv-pairs/<version>/...``, which
+    outlives a virtual environment and works from a read-only site-packages."""
+    copy = _copy_kernels(tmp_path)
+    env = _env(tmp_path, FFCV_PAIRS_CACHE_DIR="", XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    first, again = _probe(tmp_path, env=env), _probe(tmp_path, env=env)
+    assert (first["hits"], again["hits"]) == (0, 1), (first, again)
+    cached = list(_kernel_folder(tmp_path / "xdg" / "ffcv-pairs", copy).glob("*.nbi"))
+    assert cached, sorted(str(p) for p in (tmp_path / "xdg").rglob("*"))
+    assert not list(copy.rglob("*.nbi")), "kernels were cached beside the source"
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_the_cache_folder_is_ours_then_numbas(tmp_path: Path, ours: bool) -> None:
+    """FFCV_PAIRS_CACHE_DIR wins; without it, numba's own NUMBA_CACHE_DIR is respected."""
+    copy = _copy_kernels(tmp_path)
+    mine, numbas = tmp_path / "mine", tmp_path / "numbas"
+    env = _env(
+        tmp_path, FFCV_PAIRS_CACHE_DIR=str(mine) if ours else "", NUMBA_CACHE_DIR=str(numbas)
+    )
+    _probe(tmp_path, env=env)
+    assert bool(list(_kernel_folder(mine, copy).glob("*.nbi"))) is ours
+    assert bool(list(numbas.rglob("*.nbi"))) is not ours
+
+
+def test_an_unwritable_cache_folder_falls_back_with_one_warning(tmp_path: Path) -> None:
+    copy = _copy_kernels(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = _env(tmp_path, FFCV_PAIRS_CACHE_DIR=str(blocker / "cache"), TMPDIR=str(temp))
+    first, again = _probe(tmp_path, env=env), _probe(tmp_path, env=env)
+    assert (first["hits"], again["hits"]) == (0, 1), (first, again)  # the fallback persists
+    warned = [line for line in first["stderr"].splitlines() if "is not writable" in line]
+    assert len(warned) == 1 and str(blocker / "cache") in warned[0], first["stderr"]
+    fallback = temp / f"ffcv-pairs-{os.getuid()}"
+    assert list(_kernel_folder(fallback, copy).glob("*.nbi")), sorted(temp.rglob("*"))
 
 
 def test_a_change_in_another_kernel_file_recompiles_its_callers(tmp_path: Path) -> None:
@@ -117,12 +178,12 @@ print(json.dumps({"plain": twins.PLAIN, "compiled_plain": compiled_plain,
 
 
 def _twin_probe(root: Path, cache: Path, plain: bool) -> dict:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(root),
-        "NUMBA_CACHE_DIR": str(cache),
-        "FFCV_PAIRS_PLAIN_KERNELS": "1" if plain else "0",
-    }
+    env = _env(
+        root,
+        FFCV_PAIRS_CACHE_DIR="",
+        NUMBA_CACHE_DIR=str(cache),
+        FFCV_PAIRS_PLAIN_KERNELS="1" if plain else "0",
+    )
     out = subprocess.run(
         [sys.executable, "-c", TWIN_PROBE], cwd=root, env=env, capture_output=True, text=True
     )
@@ -163,9 +224,9 @@ def test_processes_needing_a_new_kernel_at_once_compile_it_once(tmp_path: Path) 
     import fcntl
 
     copy = _copy_kernels(tmp_path)
-    lock = copy / "kernels" / "__pycache__" / "ffcv_pairs.kernels.bytesums.image_stats.lock"
-    lock.parent.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": ""}
+    lock = _kernel_folder(tmp_path / "cache", copy) / "ffcv_pairs.kernels.bytesums.image_stats.lock"
+    lock.parent.mkdir(parents=True)
+    env = _env(tmp_path)
     with open(lock, "ab") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # both start, then race for it as soon as it is free
         probes = [

@@ -1,5 +1,6 @@
-"""numba's on-disk cache, keyed on every kernel source a function can call and on the
-kind of kernels (LLVM intrinsics or plain twins, see ``twins``).
+"""numba's on-disk cache, in the folder :mod:`.cache_dir` chooses, keyed on every kernel
+source a function can call and on the kind of kernels (LLVM intrinsics or plain twins,
+see ``twins``).
 
 numba stamps a cached kernel with its own file only. Kernels here call
 functions in other files (the byte moves, the hash), and numba inlines them,
@@ -30,6 +31,7 @@ from typing import Any
 
 from numba.core import caching, config
 
+from .cache_dir import kernel_cache_dir
 from .twins import VARIANT
 
 __all__ = ["KERNEL_DIR", "PACKAGE_DIR", "SharedCompile", "kernel_sources_digest"]
@@ -90,6 +92,32 @@ def _with_kernel_stamp(base: Any) -> type:
     )
 
 
+class _PackageCacheLocator(
+    _numba("SourceFileBackedLocatorMixin"),  # type: ignore[misc]
+    _numba("CacheLocator"),  # type: ignore[misc]
+):
+    """The package's kernels in the per-user folder of :mod:`.cache_dir`, one subfolder per
+    package folder (``kernels``, ``load``); numba's ``NUMBA_CACHE_DIR`` wins when it is set
+    and ``FFCV_PAIRS_CACHE_DIR`` is not."""
+
+    def __init__(self, py_func: Any, py_file: str) -> None:
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        folder = kernel_cache_dir(kernel_sources_digest())
+        assert folder is not None  # from_function checked
+        sub = Path(py_file).resolve().parent.relative_to(PACKAGE_DIR)
+        self._cache_path = str(folder / sub)
+
+    def get_cache_path(self) -> str:
+        return self._cache_path
+
+    @classmethod
+    def from_function(cls, py_func: Any, py_file: str) -> Any:
+        if kernel_cache_dir(kernel_sources_digest()) is None:
+            return None
+        return super().from_function(py_func, py_file)
+
+
 # numba internals edited here, checked with numba 0.68.1 (llvmlite 0.50.0; the pins in
 # pyproject.toml stop at these): ``CacheImpl._locator_classes`` (private: the list numba
 # walks to find a function's cache locator, first match wins), the three locator classes
@@ -100,7 +128,7 @@ def _with_kernel_stamp(base: Any) -> type:
 # the methods differently, it fails silently: kernels load stale after an edit of another
 # kernel file, or compiled for the other FFCV_PAIRS_PLAIN_KERNELS setting.
 # tests/test_kernel_cache.py catches both.
-_LOCATORS = [
+_LOCATORS = [_with_kernel_stamp(_PackageCacheLocator)] + [
     _with_kernel_stamp(_numba(name))
     for name in ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")
 ]

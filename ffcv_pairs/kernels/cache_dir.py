@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 import numba
+from numba.core import config
 
 from .._version import __version__
 
@@ -40,7 +41,7 @@ def cache_root() -> Path | None:
     ``NUMBA_CACHE_DIR`` is set and ours is not (numba's locator is used then)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
-    if numba.config.CACHE_DIR:
+    if getattr(config, "CACHE_DIR", ""):  # NUMBA_CACHE_DIR
         return None
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(xdg) / "ffcv-pairs"

@@ -246,3 +246,15 @@ def test_processes_needing_a_new_kernel_at_once_compile_it_once(tmp_path: Path) 
     assert all(p.returncode == 0 for p in probes), [err[-2000:] for _, err in outs]
     stats = sorted(json.loads(out.strip().splitlines()[-1])["misses"] for out, _ in outs)
     assert stats == [0, 1], stats  # one compiled; the other loaded its machine code
+
+
+def test_a_first_compile_is_announced_once_and_a_cached_kernel_is_not(tmp_path: Path) -> None:
+    """A new user waited a minute on the first batch with no word: a kernel compiled for the
+    first time says so on one line (what, roughly how long, where it is cached)."""
+    _copy_kernels(tmp_path)
+    first, again = _probe(tmp_path, SHARED), _probe(tmp_path, SHARED)
+    assert (first["misses"], again["misses"]) == (1, 0), (first, again)
+    said = [line for line in first["stderr"].splitlines() if "compiling" in line]
+    assert len(said) == 1, first["stderr"]
+    assert "image_stats kernel" in said[0] and str(tmp_path / "cache") in said[0], said
+    assert "compiling" not in again["stderr"], again["stderr"]

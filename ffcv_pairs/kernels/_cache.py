@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import logging
 import pickle
 import re
 import warnings
@@ -34,7 +35,20 @@ from numba.core import caching, config
 from .cache_dir import kernel_cache_dir
 from .twins import VARIANT
 
-__all__ = ["KERNEL_DIR", "PACKAGE_DIR", "SharedCompile", "kernel_sources_digest"]
+__all__ = ["KERNEL_DIR", "PACKAGE_DIR", "SharedCompile", "is_cached", "kernel_sources_digest"]
+
+log = logging.getLogger("ffcv_pairs")
+
+#: Roughly how long a first compile takes, in seconds of one core (2-core machine, numba
+#: 0.68.1); kernels not named take a few seconds.
+_COMPILE_SECONDS = {
+    "fused_pairs": 30,
+    "fused_pairs_serial": 25,
+    "decode_pairs": 9,
+    "decode_pairs_serial": 7,
+    "unpack_pairs": 20,
+    "unpack_pairs_serial": 15,
+}
 
 KERNEL_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = KERNEL_DIR.parent
@@ -192,6 +206,18 @@ class SharedCompile:
         return _locked_first_call(kernel, args)
 
 
+def is_cached(kernel: Any, types: tuple) -> bool:
+    """Whether the on-disk cache holds ``kernel``'s machine code for argument ``types``
+    (numba internals: ``Dispatcher._cache``, its ``_index_key`` and the index file's
+    ``_load_index``; True when they cannot tell, so that nothing is announced wrongly)."""
+    cache = getattr(kernel, "_cache", None)
+    try:
+        key = cache._index_key(types, kernel.targetctx.codegen())  # type: ignore[union-attr]
+        return key in cache._cache_file._load_index()  # type: ignore[union-attr]
+    except Exception:  # an internal renamed, an unreadable index: say nothing
+        return True
+
+
 def _locked_first_call(kernel: Any, args: tuple) -> Any:
     try:
         types = tuple(kernel.typeof_pyval(a) for a in args)
@@ -201,6 +227,15 @@ def _locked_first_call(kernel: Any, args: tuple) -> Any:
     if types in kernel.overloads or folder is None:
         return kernel(*args)
     func = kernel.py_func
+    if not is_cached(kernel, types):
+        seconds = _COMPILE_SECONDS.get(func.__name__, 5)
+        log.warning(
+            "ffcv-pairs: compiling the %s kernel for this machine (first use, about %d s of "
+            "one core); it is cached in %s for later runs (`ffcv-pairs warmup` does this ahead)",
+            func.__name__,
+            seconds,
+            folder,
+        )
     lock = Path(folder) / f"{func.__module__}.{func.__qualname__}.lock"
     with contextlib.ExitStack() as stack:
         try:

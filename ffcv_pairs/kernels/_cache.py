@@ -44,6 +44,8 @@ log = logging.getLogger("ffcv_pairs")
 _COMPILE_SECONDS = {
     "fused_pairs": 30,
     "fused_pairs_serial": 25,
+    "copy_pairs": 1,
+    "copy_pairs_serial": 1,
     "decode_pairs": 9,
     "decode_pairs_serial": 7,
     "unpack_pairs": 20,

@@ -35,6 +35,8 @@ from ..kernels.decode import (
     BatchRefs,
     FieldPair,
     StoredImage,
+    copy_pairs,
+    copy_pairs_serial,
     decode_pairs,
     decode_pairs_serial,
 )
@@ -170,6 +172,8 @@ class PairDecoder(Operation):
         fills[0, : len(fa.fill)], fills[1, : len(fb.fill)] = fa.fill, fb.fill
         geo, clock = self.geo, self.clock
         call = SharedCompile()
+        if geo.identity:
+            return self._copy_code()
 
         def run(batch, mm, out_a, out_b):
             # numba's thread count is per thread: this epoch thread's, set from its
@@ -180,6 +184,18 @@ class PairDecoder(Operation):
                 planes_view(out_b, fb.out_planes, fb.out_height),
             )
             call(kernel, batch, mm, outs, stored_a, stored_b, fills, geo, clock)
+
+        return run
+
+    def _copy_code(self) -> Callable:
+        """No geometry: each image is copied whole (:func:`.copy_pairs`)."""
+        call = SharedCompile()
+
+        def run(batch, mm, out_a, out_b):
+            kernel = copy_pairs if nb.get_num_threads() > 1 else copy_pairs_serial
+            dst_a = planes_view(out_a, 1, 1)[:, 0, 0]  # (batch, bytes), a view
+            dst_b = planes_view(out_b, 1, 1)[:, 0, 0]
+            call(kernel, batch.rows, batch.ptr_a, batch.ptr_b, mm, dst_a, dst_b)
 
         return run
 

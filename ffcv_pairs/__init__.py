@@ -28,6 +28,7 @@ from . import _upstream  # noqa: F401  (first: imports ffcv without its import-t
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._fileio import NotRegularFileError, ShortReadError
     from .augment.config import PairAugment
     from .errors import FfcvPairsError
     from .format.reader import BetonError, PairReader
@@ -58,6 +59,7 @@ _HOMES = {
     "LoaderError": "load.loader",
     "LoaderMonitor": "lightning.callbacks",
     "MemoryBudgetError": "load.budget",
+    "NotRegularFileError": "_fileio",
     "PairAugment": "augment.config",
     "PairDataModule": "lightning.datamodule",
     "PairLoader": "load.loader",
@@ -65,6 +67,7 @@ _HOMES = {
     "PairSchema": "format.schema",
     "PairSource": "write.sources",
     "PerSampleSource": "write.persample",
+    "ShortReadError": "_fileio",
     "SiamesePairClassifier": "lightning.model",
     "SourceError": "write.sources",
     "StatsWarning": "format.stats",
@@ -89,6 +92,7 @@ __all__ = [
     "LoaderError",
     "LoaderMonitor",
     "MemoryBudgetError",
+    "NotRegularFileError",
     "PairAugment",
     "PairDataModule",
     "PairLoader",
@@ -96,6 +100,7 @@ __all__ = [
     "PairSchema",
     "PairSource",
     "PerSampleSource",
+    "ShortReadError",
     "SiamesePairClassifier",
     "SourceError",
     "StatsWarning",

@@ -24,6 +24,7 @@ __all__ = [
     "optional",
     "pair",
     "sequence_of",
+    "shown",
 ]
 
 #: Seeds are hashed as 64-bit integers: ``0 <= seed < 2**63``.
@@ -31,13 +32,33 @@ SEED_LIMIT = 2**63
 T = TypeVar("T")
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
+def _plain_repr(value: Any) -> str:
+    """``repr``, but a numpy scalar reads as the number it holds (``0.89``, not
+    ``np.float32(0.89)``), also inside a list, tuple or dict."""
+    if isinstance(value, np.floating):
+        return str(value)  # numpy's shortest form: 0.89, nan, inf
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    if type(value) in (list, tuple):
+        items = [_plain_repr(v) for v in value]
+        if type(value) is list:
+            return f"[{', '.join(items)}]"
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if type(value) is dict:
+        inner = ", ".join(f"{_plain_repr(k)}: {_plain_repr(v)}" for k, v in value.items())
+        return "{" + inner + "}"
+    return repr(value)
+
+
+def shown(value: Any) -> str:
+    """``value`` as a message shows it: its ``repr``, numpy scalars as plain numbers, cut
+    to 60 characters."""
+    text = _plain_repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _got(value: Any) -> str:
-    return f"got {_shown(value)} ({type(value).__name__})"
+    return f"got {shown(value)} ({type(value).__name__})"
 
 
 def integer(name: str, value: Any, least: int | None = None, most: int | None = None) -> int:
@@ -112,7 +133,7 @@ def one_of(name: str, value: Any, options: Sequence[str]) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be one of {list(options)}, {_got(value)}")
     if value not in options:
-        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
+        raise ValueError(f"{name} must be one of {list(options)}, got {shown(value)}")
     return value
 
 
@@ -140,7 +161,7 @@ def sequence_of(
         raise TypeError(f"{name} must be {what}, {_got(value)}")
     items = list(value)
     if length is not None and len(items) != length:
-        raise ValueError(f"{name} must have {length} values, got {len(items)}: {_shown(value)}")
+        raise ValueError(f"{name} must have {length} values, got {len(items)}: {shown(value)}")
     if not items:
         raise ValueError(f"{name} must not be empty")
     return tuple(check(f"{name}[{i}]", item, **bounds) for i, item in enumerate(items))

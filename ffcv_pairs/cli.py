@@ -189,11 +189,14 @@ def _write(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from .format.integrity import open_beton
     from .inspection import preview_png, summary
+    from .write.arguments import check_out_path
 
     if args.preview is None and args.out is not None:
         raise ValueError(f"--out {args.out} goes with --preview K (how many pairs to draw)")
     if args.preview is not None and args.preview < 1:
         raise ValueError(f"--preview K must be at least 1 (pairs to draw), got {args.preview}")
+    if args.out is not None:
+        check_out_path("--out", args.out)  # before the summary: a directory is misuse
     reader = open_beton(args.file)
     print(summary(reader))
     if args.preview is not None:
@@ -212,14 +215,17 @@ def _verify(args: argparse.Namespace) -> int:
     misuse, 3 when nothing could be checked (no sidecar, no ``--against``)."""
     from .format.integrity import load_manifest, split_of, verify_checksums
     from .format.reader import BetonError, PairReader, require_file
-    from .format.sidecar import manifest_path
-    from .format.stats import stats_path
+    from .format.sidecar import sidecar_to_read
+    from .format.stats import STATS_SUFFIX
     from .write.compare import compare_with_source
     from .write.source_kinds import open_source, renamed_kind
 
-    samples = None if args.samples == "all" else int(args.samples)
+    try:
+        samples = None if args.samples == "all" else int(args.samples)
+    except ValueError:
+        samples = 0
     if samples is not None and samples < 1:
-        raise ValueError(f"--samples must be a positive number or 'all', got {args.samples}")
+        raise ValueError(f"--samples must be a positive number or 'all', got {args.samples!r}")
     require_file(args.file)  # missing or a directory: misuse (2), not a bad file (1)
     source = None
     if args.against is not None:
@@ -232,7 +238,7 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"FAIL: {e}")
         return EXIT_MISMATCH
     if manifest is None:
-        unchecked = f"no sidecar at {manifest_path(args.file)}, so no checksums to check"
+        unchecked = f"no sidecar at {sidecar_to_read(args.file)}, so no checksums to check"
         if source is None:
             print(f"NOT CHECKED: {args.file}: {unchecked}; --against SRC_DIR compares samples")
             return EXIT_UNCHECKED
@@ -244,14 +250,21 @@ def _verify(args: argparse.Namespace) -> int:
             return EXIT_MISMATCH
         stats = ""
         if manifest.stats is not None:
-            found = stats_path(args.file).exists()
+            found = sidecar_to_read(args.file, STATS_SUFFIX).exists()
             stats = "; image statistics " + ("OK" if found else "missing (optional)")
         print(f"checksums: OK ({len(manifest.crcs())} blocks, {reader.file_size} bytes{stats})")
     if source is not None:
         store = manifest.store_dtype if manifest is not None else None
         shuffle = manifest.shuffle_seed if manifest is not None else None
+        count = (manifest.fingerprint or {}).get("count") if manifest is not None else None
         bad = compare_with_source(
-            reader, source, samples, seed=args.seed, store_dtype=store, shuffle_seed=shuffle
+            reader,
+            source,
+            samples,
+            seed=args.seed,
+            store_dtype=store,
+            shuffle_seed=shuffle,
+            source_count=count if isinstance(count, int) else None,
         )
         if bad is not None:
             print(f"FAIL: {args.file}: {bad.message}")

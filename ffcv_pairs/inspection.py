@@ -11,8 +11,9 @@ import numpy as np
 from .augment.config import image_axes
 from .format.integrity import load_manifest
 from .format.reader import PairReader
-from .format.schema import PairSchema
-from .format.sidecar import manifest_path
+from .format.schema import ArraySpec, PairSchema, Quantization
+from .format.sidecar import sidecar_to_read
+from .write.arguments import check_out_path
 from .write.compare import stored_image
 from .write.shuffle import Permutation
 
@@ -51,6 +52,15 @@ def _order_line(n: int, seed: int, show: int = 4) -> str:
     return f"order:        shuffled, seed {seed} (position<-source index: {pairs}{more})"
 
 
+def _quantized(spec: ArraySpec, q: Quantization) -> str:
+    """What a quantized field holds and what the loader hands back (``dequantize=True``)."""
+    bound = "" if spec.jpeg is not None else f" (max abs error {q.max_error:.3g})"
+    return (
+        f"uint8 codes {list(spec.shape)} ({spec.nbytes} bytes), quantized range "
+        f"[{q.lo:g}, {q.hi:g}] -> float32 out{bound}"
+    )
+
+
 def summary(reader: PairReader, max_labels: int = 20) -> str:
     """Header, fields, sizes and the label histogram, as printed by ``inspect``."""
     header = reader.header
@@ -67,6 +77,8 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
         if name in PairSchema.IMAGE_FIELDS:
             spec = reader.schema.spec(name)
             detail = f"{spec.dtype} {list(spec.shape)} ({spec.nbytes} bytes)"
+            if spec.quantized is not None:
+                detail = _quantized(spec, spec.quantized)
             if spec.jpeg is not None:
                 mean = float(np.mean(reader.stored_bytes(name)))
                 detail += f" as {spec.jpeg.describe()}: {mean:,.0f} bytes on average"
@@ -75,7 +87,7 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
         lines.append(f"  {name:<8} {type(handler).__name__:<14} {detail}")
     if manifest is None:
         lines.append(
-            f"manifest:     none (no sidecar at {manifest_path(reader.path)}): "
+            f"manifest:     none (no sidecar at {sidecar_to_read(reader.path)}): "
             "checksums unavailable"
         )
     else:
@@ -133,12 +145,13 @@ def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: i
     as a PNG; NaN and infinities are drawn :data:`NONFINITE_RGB`.
 
     Raises:
-        ValueError: ``k`` is below 1.
+        ValueError: ``k`` is below 1, or ``out`` is a directory (or inside a file).
     """
     from PIL import Image
 
     if k < 1:
         raise ValueError(f"preview_png: k must be at least 1 (pairs to draw), got {k}")
+    out = check_out_path("preview_png: out", out)
     n = reader.num_samples
     ids = np.sort(np.random.default_rng(seed).choice(n, size=min(k, n), replace=False))
     rows = []
@@ -168,7 +181,6 @@ def preview_png(reader: PairReader, k: int, out: str | os.PathLike[str], seed: i
         image = image.resize(
             (grid.shape[1] * scale, grid.shape[0] * scale), Image.Resampling.NEAREST
         )
-    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    image.save(out)
+    image.save(out, format="PNG")  # whatever the name's suffix
     return Preview(out, len(ids), nonfinite)

@@ -74,7 +74,12 @@ def params(aug: PairAugment, layout: ImageAxes, seed: int, epoch: int, sid: int,
     h, w = layout.height, layout.width
     oh, ow = aug.out_size if aug.out_size is not None else (h, w)
     y0, x0, rh, rw = 0, 0, h, w
-    if aug.resizes:
+    if aug.center and aug.resizes:  # the largest central region of the output's ratio
+        rh, rw = (h, round(h * ow / oh)) if w * oh >= h * ow else (round(w * oh / ow), w)
+        y0, x0 = (h - rh) // 2, (w - rw) // 2
+    elif aug.center:
+        y0, x0, rh, rw = (h - oh) // 2, (w - ow) // 2, oh, ow
+    elif aug.resizes:
         y0, x0, rh, rw = _resized_region(aug, key, h, w)
     elif aug.crop is not None:
         pad = aug.crop_padding

@@ -129,7 +129,16 @@ def test_pair_data_module_names_the_argument(beton: Path, args, needle) -> None:
         PairDataModule(**{"train_path": str(beton), "batch_size": 8, **args})
 
 
-STATE_KEYS = ["epoch", "batches_consumed", "segments", "file", "order", "seed", "window_pages"]
+STATE_KEYS = [
+    "epoch",
+    "batches_consumed",
+    "segments",
+    "content",
+    "file",
+    "order",
+    "seed",
+    "window_pages",
+]
 SEGMENT_KEYS = ["world_size", "batch_size", "drop_last", "batches"]
 
 

@@ -62,6 +62,8 @@ GEOMETRIES = [
     PairAugment(crop=(10, 12), crop_padding=5, pad_mode="reflect", hflip=0.5),
     PairAugment(crop=(12, 12), crop_padding=2, pad_mode="edge", rot90=True, translate=(2, 3)),
     PairAugment(translate=(4, 4), fill=7, hflip=0.5),
+    PairAugment(crop=(9, 12), center=True, hflip=0.5),
+    PairAugment(crop=(12, 12), center=True, rot90=True, translate=(1, 2)),
 ]
 LAYOUTS = [
     ((3, 14, 16), "uint8"),
@@ -123,6 +125,56 @@ def test_resized_crop_equals_reference(tmp_path: Path, shape, dtype, extra) -> N
         prm = ref.params(aug, lay, SEED, 1, sid, 0)
         assert_close_to(xa[sid], ref.resized(a[sid], lay, aug, prm), dtype)
     np.testing.assert_array_equal(xa, xb)  # B == A stays B == A
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"), [((3, 16, 12), "uint8"), ((12, 16, 2), "float32"), ((10, 10), "float16")]
+)
+@pytest.mark.parametrize("out", [(9, 9), (6, 10), (10, 6)])
+def test_center_resized_crop_equals_reference_in_every_epoch(
+    tmp_path: Path, shape, dtype, out
+) -> None:
+    """The largest central region of the output's aspect ratio, resized: the same in every
+    epoch (no draw), and the region the definition gives."""
+    aug = PairAugment(resized_crop=out, center=True)
+    a, b, labels = _data(20, shape, dtype, paired="same")
+    path = _file(tmp_path, a, b, labels)
+    from ffcv_pairs import ArraySpec
+
+    lay = image_axes(ArraySpec(shape, dtype))
+    first = _batches(path, aug, epoch=0)
+    for epoch in (1, 5):
+        for x, y in zip(first, _batches(path, aug, epoch=epoch)):
+            np.testing.assert_array_equal(x, y)
+    xa, xb, ids = first
+    for sid in ids:
+        prm = ref.params(aug, lay, SEED, 0, sid, 0)
+        assert (prm.rh * out[1] - prm.rw * out[0]) ** 2 <= max(out) ** 2  # the output's ratio
+        assert prm.rh == lay.height or prm.rw == lay.width  # as large as it fits
+        assert_close_to(xa[sid], ref.resized(a[sid], lay, aug, prm), dtype)
+    np.testing.assert_array_equal(xa, xb)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        (
+            {"rot90": True, "resized_crop": (64, 48)},
+            r"augment rot90 needs a square output, got resized_crop=\(64, 48\)",
+        ),
+        ({"rot90": True, "crop": (8, 10)}, r"rot90 needs a square output, got crop=\(8, 10\)"),
+        ({"center": True}, "augment center applies to crop=.* or resized_crop="),
+        (
+            {"center": True, "resized_crop": (8, 8), "crop_scale": (0.5, 1.0)},
+            r"augment center takes the central region, crop_scale=\(0.5, 1.0\) draws",
+        ),
+        ({"center": 1, "crop": (8, 8)}, "augment center must be True or False, got 1"),
+    ],
+)
+def test_refused_at_construction(kwargs, needle) -> None:
+    """Not at make_loader: the size alone decides, whatever the file."""
+    with pytest.raises((ValueError, TypeError), match=needle):
+        PairAugment(**kwargs)
 
 
 @pytest.mark.parametrize(

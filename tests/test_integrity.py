@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import make_arrays, write_per_sample
+from conftest import make_arrays, write_batched, write_per_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -97,6 +97,96 @@ def test_source_mismatch_names_the_sample(capsys, written) -> None:
     torch.save(torch.zeros(3, 8, 8, dtype=torch.uint8), src / "train_A_images_9.pt")
     rc, text = _verify(capsys, str(out), "--against", str(src), "--samples", "all")
     assert rc == 1 and "sample 9: field 'A' differs from" in text and "train_A_images_9.pt" in text
+
+
+def test_verify_compares_the_source_count_with_the_file(capsys, tmp_path: Path) -> None:
+    """A file written from fewer samples than the source holds (a pack counted empty,
+    say) fails, though every sample it has matches; one cut short by --limit passes, as
+    its sidecar says the source's count. Without a sidecar, the counts must be equal."""
+    a, b, labels = make_arrays(9, (3, 4, 4), seed=2)
+    src = write_batched(tmp_path / "pt", "train", a[:6], b[:6], labels[:6], per_file=3)
+    out = tmp_path / "train.beton"
+    write_pairs(open_source(src, "train"), out, page_size=4096, progress=False)
+    write_batched(tmp_path / "more", "train", a, b, labels, per_file=3)
+    shutil.copy(tmp_path / "more" / "train_batch_2.pt", src)  # the source now holds 9
+    rc, text = _verify(capsys, str(out), "--against", str(src), "--samples", "all")
+    assert rc == 1, text
+    assert text.splitlines()[-1] == (
+        f"FAIL: {out}: source has 9 samples, but the file was written from 6 (its sidecar says)"
+    )
+    limited = tmp_path / "limited" / "train.beton"
+    write_pairs(open_source(src, "train"), limited, page_size=4096, limit=5, progress=False)
+    rc, text = _verify(capsys, str(limited), "--against", str(src), "--samples", "all")
+    assert rc == 0 and "samples: OK (5 of 5" in text, text
+    manifest_path(limited).unlink()
+    rc, text = _verify(capsys, str(limited), "--against", str(src), "--samples", "all")
+    assert rc == 1 and f"FAIL: {limited}: source has 9 samples, the file 5" in text, text
+
+
+def _short(real, calls: list[int]):
+    """``real`` (``os.pread``, ``os.preadv`` or ``os.pwrite``) moving at most 1000 bytes per
+    call, as Linux moves at most 2,147,479,552; ``calls`` gets every size asked for."""
+    cap = 1000
+
+    def short(fd, data, offset, *rest):
+        if isinstance(data, int):  # pread(fd, n, offset)
+            calls.append(data)
+            return real(fd, min(data, cap), offset)
+        if isinstance(data, list):  # preadv(fd, [buffer], offset)
+            view = memoryview(data[0]).cast("B")
+            calls.append(len(view))
+            return real(fd, [view[:cap]], offset, *rest)
+        view = memoryview(data).cast("B")  # pwrite(fd, data, offset)
+        calls.append(len(view))
+        return real(fd, view[:cap], offset)
+
+    return short
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_short_reads_and_writes_give_the_same_file_and_checksums(
+    capsys, tmp_path: Path, monkeypatch, workers: int
+) -> None:
+    """Every read and write of the writer and of verify goes on from where a short one
+    stopped: the file, its block CRCs and digest are those of a run without short ones,
+    and verify (itself reading short) passes it."""
+    import os
+
+    from ffcv_pairs.format.sidecar import Manifest, hash_file
+
+    a, b, labels = make_arrays(N, (3, 8, 8), seed=5)
+    src = write_batched(tmp_path / "pt", "train", a, b, labels, per_file=25)
+    plain = tmp_path / "plain.beton"
+    write_pairs(open_source(src, "train"), plain, page_size=4096, workers=workers, progress=False)
+    calls: list[int] = []
+    for name in ("pread", "preadv", "pwrite"):
+        monkeypatch.setattr(os, name, _short(getattr(os, name), calls))
+    short = tmp_path / "short" / "train.beton"  # verify takes the split from the name
+    write_pairs(open_source(src, "train"), short, page_size=4096, workers=workers, progress=False)
+    assert max(calls) >= 4096, "no read or write was asked for more than the cap"
+    assert short.read_bytes() == plain.read_bytes()
+    want, got = Manifest.load(manifest_path(plain)), Manifest.load(manifest_path(short))
+    assert (got.block_crc32, got.root_sha256) == (want.block_crc32, want.root_sha256)
+    assert hash_file(short, 4096) == (got.crcs(), got.root_sha256)
+    rc = main(["verify", str(short), "--against", str(src), "--samples", "all"])
+    text = capsys.readouterr()
+    assert rc == 0, text
+
+
+def test_a_read_that_meets_the_end_of_the_file_names_it(tmp_path: Path) -> None:
+    import os
+
+    from ffcv_pairs._fileio import ShortReadError, pread_exact
+
+    path = tmp_path / "ten"
+    path.write_bytes(bytes(range(10)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert pread_exact(fd, 6, 4, str(path)) == bytes(range(4, 10))
+        with pytest.raises(ShortReadError, match=rf"^{path}: ends at byte 10, before the 8 "):
+            pread_exact(fd, 8, 4, str(path))
+    finally:
+        os.close(fd)
 
 
 def test_truncated_file(capsys, written) -> None:

@@ -24,7 +24,7 @@ ALLOWED = {
     "load": {"format", "kernels", "augment"},
     "lightning": {"format", "augment", "load"},
 }
-ROOTS = {"_version", "_upstream", "_checks", "errors"}  # importable from anywhere
+ROOTS = {"_version", "_upstream", "_checks", "_fileio", "errors"}  # importable from anywhere
 
 
 def _modules() -> dict[str, Path]:
@@ -123,9 +123,11 @@ def test_no_two_modules_share_a_basename(tree: Path) -> None:
 
 
 def test_kernels_know_no_configuration() -> None:
+    """Kernels import kernels only; the version string keys their cache folder."""
     for path in (PACKAGE / "kernels").glob("*.py"):
         for target in _imports(f"ffcv_pairs.kernels.{path.stem}", path):
-            assert target.startswith("ffcv_pairs.kernels"), f"{path.name} imports {target}"
+            ok = target.startswith("ffcv_pairs.kernels") or target == "ffcv_pairs._version"
+            assert ok, f"{path.name} imports {target}"
 
 
 def _is_jitted(node: ast.FunctionDef) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -58,6 +59,19 @@ def test_global_batch_is_split_over_ranks(beton: Path) -> None:
     loader = small.train_dataloader()
     assert loader.batch_size == 16 and loader.rank == 1 and loader.world_size == 4
     assert loader.num_threads >= 1
+
+
+def test_a_datamodule_holding_a_loader_pickles(beton: Path) -> None:
+    """``ddp_spawn`` pickles the datamodule, loaders and all: the copy's loader gives the
+    same batches, and its resume hook is the copy's."""
+    dm = PairDataModule(train_path=str(beton), batch_size=32, augment=PairAugment(hflip=0.5))
+    loader = dm.train_dataloader()
+    copy = pickle.loads(pickle.dumps(dm))
+    again = copy._loaders["train"]
+    assert again.on_resume == copy._align_progress and again.on_resume != dm._align_progress
+    for epoch in range(2):
+        got = [(x.numpy().tobytes(), lab.tolist()) for x, _, lab in again]
+        assert got == [(x.numpy().tobytes(), lab.tolist()) for x, _, lab in loader], epoch
 
 
 def test_exactly_one_batch_size(beton: Path) -> None:
@@ -334,3 +348,92 @@ def test_bf16_mixed_training_on_gpu(beton: Path, tmp_path: Path) -> None:
     )
     trainer.fit(SiamesePairClassifier(width=4), datamodule=dm)
     assert trainer.global_step == len(dm.train_dataloader())
+
+
+# -- the eval pipeline ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def large_images(tmp_path_factory) -> Path:
+    """96x96 pairs: what a user's training resizes to 64x64."""
+    a, b, labels = make_arrays(40, (3, 96, 96), seed=5)
+    path = tmp_path_factory.mktemp("pl96") / "val.beton"
+    write_pairs(ArraySource(a, b, labels), path, page_size=1 << 16, progress=False)
+    return path
+
+
+def _eval_batches(dm: PairDataModule, hook: str, epoch: int) -> list[torch.Tensor]:
+    dm.trainer = _fake_trainer(rank=0, world=1, devices=1)
+    loader = getattr(dm, hook)()
+    loader.set_epoch(epoch)
+    return [a.clone() for a, _, _ in loader]
+
+
+@pytest.mark.parametrize("hook", ["val_dataloader", "test_dataloader", "predict_dataloader"])
+def test_eval_batches_have_the_training_size_by_default(large_images: Path, hook: str) -> None:
+    """A resized crop to 64 in training: 64x64 evaluation batches (the largest central
+    square of each 96x96 image, resized), normalised the same way, the same every epoch."""
+    mean, std = (1.0, 2.0, 3.0), (2.0, 2.0, 4.0)
+    train = PairAugment(resized_crop=(64, 64), hflip=0.5, normalize_mean=mean, normalize_std=std)
+    path = str(large_images)
+    dm = PairDataModule(path, path, path, path, batch_size=16, augment=train)
+    assert dm.eval_augment == PairAugment(
+        resized_crop=(64, 64), center=True, normalize_mean=mean, normalize_std=std
+    )
+    first = _eval_batches(dm, hook, epoch=0)
+    assert [tuple(a.shape) for a in first] == [(16, 3, 64, 64), (16, 3, 64, 64), (8, 3, 64, 64)]
+    assert first[0].dtype == torch.float32
+    for a, again in zip(first, _eval_batches(dm, hook, epoch=3)):
+        assert torch.equal(a, again)
+
+
+def test_eval_augment_is_used_for_val_and_test(large_images: Path) -> None:
+    path = str(large_images)
+    own = PairAugment(crop=(48, 40), center=True)
+    dm = PairDataModule(
+        path, path, path, batch_size=16, augment=PairAugment(hflip=1.0), eval_augment=own
+    )
+    a, _, _ = make_arrays(40, (3, 96, 96), seed=5)
+    for hook in ("val_dataloader", "test_dataloader"):
+        got = torch.cat(_eval_batches(dm, hook, epoch=1)).numpy()
+        np.testing.assert_array_equal(got, a[:, :, 24:72, 28:68])  # the central 48x40
+    with pytest.raises(TypeError, match="eval_augment must be a PairAugment or None, got 3"):
+        PairDataModule(path, batch_size=8, eval_augment=3)
+
+
+def test_eval_without_a_crop_is_only_the_normalisation(beton: Path) -> None:
+    flips = PairDataModule(str(beton), batch_size=8, augment=PairAugment(hflip=0.5))
+    assert flips.eval_augment is None
+    mean, std = (3.0, 2.0, 1.0), (4.0, 4.0, 4.0)
+    norm = PairAugment(hflip=0.5, translate=(2, 2), normalize_mean=mean, normalize_std=std)
+    dm = PairDataModule(str(beton), batch_size=8, augment=norm)
+    assert dm.eval_augment == PairAugment(normalize_mean=mean, normalize_std=std)
+
+
+def test_eval_augment_from_the_cli_yaml(large_images: Path, tmp_path: Path, monkeypatch) -> None:
+    """LightningCLI reads ``eval_augment`` from YAML as it reads ``augment``."""
+    from ffcv_pairs.train import cli_main
+
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # pytest's own flags are not the CLI's
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"data:\n  train_path: {large_images}\n  batch_size: 8\n"
+        "  augment:\n    resized_crop: [64, 64]\n"
+        "  eval_augment:\n    resized_crop: [32, 32]\n    center: true\n"
+        f"trainer:\n  logger: false\n  default_root_dir: {tmp_path}\n"
+    )
+    cli = cli_main(["--config", str(config)], run=False)
+    assert cli.datamodule.eval_augment == PairAugment(resized_crop=(32, 32), center=True)
+    assert cli.datamodule.augment == PairAugment(resized_crop=(64, 64))
+
+
+def test_init_documents_its_own_arguments() -> None:
+    """help(PairDataModule.__init__) lists the arguments, not LightningDataModule's text."""
+    import inspect
+
+    doc = inspect.getdoc(PairDataModule.__init__)
+    assert doc is not None and "prepare_data_per_node" not in doc
+    names = [p for p in inspect.signature(PairDataModule.__init__).parameters if p != "self"]
+    assert doc.count("\nArgs:\n") == 1
+    for name in names:
+        assert f"\n    {name}: " in doc, name

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import pickle
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -324,9 +328,101 @@ def _ids_of(loader) -> list[int]:
         (np.array(["a"]), "<U1 array"),
         (np.ones(299, dtype=bool), r"one entry per sample \(300\), got 299"),
         (np.zeros((2, 2), dtype=np.int64), "1-d"),
+        # beyond int64: numpy holds them as uint64, floats or objects; never "negative"
+        ([2**63], r"^indices\[0\] = 9223372036854775808 is out of range \[0, 300\)$"),
+        ([3, 2**63], r"^indices\[1\] = 9223372036854775808 is out of range \[0, 300\)$"),
+        ([2**64, 1], r"^indices\[0\] = 18446744073709551616 is out of range"),
+        (np.array([4, 2**64 - 1], np.uint64), r"^indices\[1\] = 18446744073709551615 is out of"),
     ],
 )
 def test_bad_indices(tmp_path: Path, indices, needle: str) -> None:
     path, _, _ = _write(tmp_path)
     with pytest.raises(ValueError, match=needle):
         make_loader(path, batch_size=4, indices=indices)
+
+
+ONE_NUMBA_THREAD = """
+import os, sys
+os.sched_getaffinity = lambda pid: set(range(8))  # a node of 8 cores, whatever runs this
+from ffcv_pairs import make_loader
+loader = make_loader(sys.argv[1], batch_size=8)
+a, b, label = next(iter(loader))
+print("threads", loader.num_threads, "batch", len(label))
+"""
+
+
+def test_default_threads_respect_numba_num_threads(tmp_path: Path) -> None:
+    """Under ``NUMBA_NUM_THREADS=1`` the default thread count is 1, and a batch loads
+    (numba refuses more threads than its limit)."""
+    path, _, _ = _write(tmp_path)
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", ONE_NUMBA_THREAD, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "threads 1 batch 8" in proc.stdout
+
+
+def _bytes(batches) -> list[bytes]:
+    return [b"".join(t.numpy().tobytes() for t in batch) for batch in batches]
+
+
+def test_a_pickled_loader_keeps_the_rank_it_got_from_the_process_group(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A copy in a worker process (no process group there) reads the same rank's share."""
+    from ffcv_pairs.load import loader as loader_module
+
+    path, _, _ = _write(tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(loader_module, "resolve_world", lambda rank, world, distributed: (1, 2))
+        data = pickle.dumps(make_loader(path, batch_size=16, seed=5))
+    copy = pickle.loads(data)
+    assert (copy.rank, copy.world_size) == (1, 2)
+    assert _bytes(copy) == _bytes(make_loader(path, batch_size=16, seed=5, rank=1, world_size=2))
+
+
+def test_a_pickled_loader_gives_the_same_batches(tmp_path: Path) -> None:
+    """A pickle round trip (spawned workers, ``ddp_spawn``) rebuilds the loader from its
+    file and options: the same batches, and the epoch and mid-epoch position survive."""
+    path, _, _ = _write(tmp_path)
+    aug = PairAugment(hflip=0.5, brightness=0.3, contrast=0.2)
+    loader = make_loader(path, batch_size=16, seed=5, window_bytes=8192, augment=aug)
+    copy = pickle.loads(pickle.dumps(loader))
+    assert copy is not loader and copy.config.augment == loader.config.augment
+    ranked = make_loader(path, batch_size=16, rank=1, world_size=2, augment=aug)
+    assert _bytes(pickle.loads(pickle.dumps(ranked))) == _bytes(ranked)
+    for epoch in (0, 1):
+        assert _bytes(copy) == _bytes(loader), f"epoch {epoch} differs"
+    assert _bytes(pickle.loads(pickle.dumps(loader))) == _bytes(loader), "epoch 2"
+    loader.set_epoch(7)
+    head = iter(loader)
+    first = _bytes([next(head), next(head)])
+    resumed = pickle.loads(pickle.dumps(loader))  # two batches into epoch 7
+    assert _bytes(resumed) == _bytes(head)
+    assert resumed.state_dict()["epoch"] == 8
+    loader.set_epoch(7)
+    assert _bytes(loader)[:2] == first
+
+
+class _Batches(torch.utils.data.IterableDataset):
+    """A loader as a torch dataset, copying out its reused image slots."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def __iter__(self):
+        return ((a.clone(), b.clone(), label) for a, b, label in self.loader)
+
+
+def test_a_torch_dataloader_with_spawned_workers_takes_a_loader(tmp_path: Path) -> None:
+    path, _, _ = _write(tmp_path, n=40)
+    loader = make_loader(path, batch_size=8, num_threads=1)
+    spawned = torch.utils.data.DataLoader(
+        _Batches(loader), batch_size=None, num_workers=1, multiprocessing_context="spawn"
+    )
+    assert _bytes(spawned) == _bytes(_Batches(loader))

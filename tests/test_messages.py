@@ -248,3 +248,73 @@ def test_preview_of_finite_uint8_is_unchanged(tmp_path: Path) -> None:
     assert drawn.nonfinite == 0
     np.testing.assert_array_equal(got_a[..., 0], a[0])  # already 0..255: drawn as stored
     np.testing.assert_array_equal(got_b[..., 0], b[0])
+
+
+# -- misuse of inspect and verify: one line, exit 2, nothing printed before ------------------
+
+
+def test_inspect_out_that_is_a_directory(tmp_path: Path, capsys) -> None:
+    path, _, _ = write_small_beton(tmp_path, n=20)
+    folder = tmp_path / "pngs"
+    folder.mkdir()
+    assert main(["inspect", str(path), "--preview", "2", "--out", str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"error: --out must name a file, got '{folder}', which is a directory\n"
+    assert out == ""
+    with pytest.raises(ValueError, match="preview_png: out must name a file"):
+        preview_png(PairReader(path), 2, folder)
+
+
+def test_preview_name_without_a_suffix_is_still_a_png(tmp_path: Path) -> None:
+    path, _, _ = write_small_beton(tmp_path, n=20)
+    drawn = preview_png(PairReader(path), 2, tmp_path / "preview")
+    assert drawn.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("samples", ["abc", "1.5", "0"])
+def test_verify_samples_not_a_number(tmp_path: Path, capsys, samples: str) -> None:
+    path, _, _ = write_small_beton(tmp_path, n=20)
+    assert main(["verify", str(path), "--samples", samples]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"error: --samples must be a positive number or 'all', got '{samples}'\n"
+    assert out == ""
+
+
+# -- numpy values read as numbers -------------------------------------------------------
+
+
+def test_messages_show_numpy_scalars_as_plain_numbers(tmp_path: Path) -> None:
+    """``0.89``, never ``np.float32(0.89)``: in an argument check and in a value the writer
+    refuses."""
+    from ffcv_pairs import PairAugment
+
+    with pytest.raises(TypeError) as info:
+        PairAugment(crop=(np.float32(0.89), np.int64(4)))
+    assert str(info.value) == "augment crop[0] must be an integer, got 0.89 (float32)"
+    path, _, _ = write_small_beton(tmp_path, n=20)
+    with pytest.raises(TypeError) as info:
+        make_loader(path, batch_size=np.float64(2.5))
+    assert str(info.value) == "batch_size must be an integer, got 2.5 (float64)"
+    a = np.zeros((4, 3, 4, 4), np.float32)
+    a[1, 0, 2, 3] = 0.89
+    with pytest.raises(SourceError) as info:
+        write_pairs(ArraySource(a, a, np.arange(4)), tmp_path / "x.beton", store_dtype="uint8")
+    assert "value 0.89 at index (1, 0, 2, 3) would change when stored as uint8" in str(info.value)
+    assert "np." not in str(info.value)
+
+
+# -- inspect on a quantized file --------------------------------------------------------
+
+
+def test_inspect_shows_the_quantized_range_and_the_float_output(tmp_path: Path, capsys) -> None:
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1.0, 1.0, (20, 3, 4, 4)).astype(np.float32)
+    path = tmp_path / "q.beton"
+    source = ArraySource(a, -a, np.arange(20))
+    write_pairs(source, path, quantize="uint8", quantize_range=(-1, 1), progress=False)
+    assert main(["inspect", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in ("A", "B"):
+        line = next(x for x in lines if x.startswith(f"  {name} "))
+        want = "uint8 codes [3, 4, 4] (48 bytes), quantized range [-1, 1] -> float32 out"
+        assert f"NDArrayField   {want} (max abs error 0.0039" in line, line

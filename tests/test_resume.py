@@ -279,7 +279,7 @@ def test_fixed_fields_are_refused_by_name(path: Path, change: dict, field: str) 
 
 
 def test_another_file_is_refused(path: Path, tmp_path: Path) -> None:
-    """The file is known by its sidecar's SHA-256, or by its size and header without one."""
+    """The file is known by its sidecar's SHA-256, and by its contents without one."""
     loader = make_loader(path, batch_size=16, **KW)
     _read(loader, 2)
     state = loader.state_dict()
@@ -287,7 +287,7 @@ def test_another_file_is_refused(path: Path, tmp_path: Path) -> None:
     a, b, labels = make_arrays(N, (3, 8, 8), seed=1)  # the same size and header
     twin = tmp_path / "twin.beton"
     write_pairs(ArraySource(a, b, labels), twin, page_size=4096, progress=False)
-    with pytest.raises(ValueError, match="the file differs"):
+    with pytest.raises(ValueError, match=r"the file \(content\) differs"):
         make_loader(twin, batch_size=16, **KW).load_state_dict(state)
     manifest_path(twin).unlink()
     bare = make_loader(twin, batch_size=16, **KW)
@@ -297,8 +297,57 @@ def test_another_file_is_refused(path: Path, tmp_path: Path) -> None:
     write_pairs(ArraySource(a, b, labels), bigger, page_size=4096, progress=False)
     manifest_path(bigger).unlink()
     _read(bare, 2)
-    with pytest.raises(ValueError, match="the file differs"):
+    with pytest.raises(ValueError, match=r"the file \(content\) differs"):
         make_loader(bigger, batch_size=16, **KW).load_state_dict(bare.state_dict())
+
+
+def _bare_copy(src: Path, dst: Path) -> Path:
+    """``src`` copied to ``dst`` without its sidecars."""
+    dst.write_bytes(src.read_bytes())
+    return dst
+
+
+def test_another_file_of_the_same_shape_without_sidecars_is_refused(
+    path: Path, tmp_path: Path
+) -> None:
+    """Without sidecars, a file of the same shape, count and labels (so the same header,
+    metadata and allocation table) is told apart by its contents; its own state resumes."""
+    x = _bare_copy(path, tmp_path / "x.beton")
+    a, b, labels = make_arrays(N, (3, 8, 8), seed=1)
+    y = tmp_path / "y.beton"
+    write_pairs(ArraySource(a, b, labels), y, page_size=4096, progress=False)
+    Path(f"{y}.stats").unlink(missing_ok=True)
+    manifest_path(y).unlink()
+    assert x.stat().st_size == y.stat().st_size
+    on_x = make_loader(x, batch_size=16, **KW)
+    _read(on_x, 2)
+    state = on_x.state_dict()
+    assert state["file"] == make_loader(y, batch_size=16, **KW).state_dict()["file"]
+    with pytest.raises(
+        ValueError, match=rf"^{re.escape(str(y))}: cannot resume epoch 1 .* the file"
+    ):
+        make_loader(y, batch_size=16, **KW).load_state_dict(state)
+    again = make_loader(x, batch_size=16, **KW)
+    again.load_state_dict(state)
+    assert again.state_dict()["batches_consumed"] == 2
+    # The same file with its sidecar (a checkpoint taken where it had one) resumes too.
+    make_loader(path, batch_size=16, **KW).load_state_dict(state)
+
+
+def test_states_from_before_the_content_identity(path: Path, tmp_path: Path) -> None:
+    """A mid-epoch state without ``content`` resumes on its sidecar's digest, and is
+    refused when its file had no sidecar (size and header do not name a file)."""
+    loader = make_loader(path, batch_size=16, **KW)
+    _read(loader, 2)
+    old = {k: v for k, v in loader.state_dict().items() if k != "content"}
+    make_loader(path, batch_size=16, **KW).load_state_dict(old)
+    bare = make_loader(_bare_copy(path, tmp_path / "bare.beton"), batch_size=16, **KW)
+    _read(bare, 2)
+    weak = {k: v for k, v in bare.state_dict().items() if k != "content"}
+    with pytest.raises(ValueError, match="older ffcv-pairs and its file had no sidecar"):
+        make_loader(tmp_path / "bare.beton", batch_size=16, **KW).load_state_dict(weak)
+    # At an epoch boundary nothing but the epoch carries over.
+    bare.load_state_dict({**weak, "batches_consumed": 0, "segments": []})
 
 
 def test_malformed_states(path: Path) -> None:

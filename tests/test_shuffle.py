@@ -125,5 +125,6 @@ def test_batched_equals_per_sample(tmp_path: Path, sources, seed, limit) -> None
     assert (tmp_path / "b1.beton").read_bytes() == data
     reader = PairReader(tmp_path / "b.beton")
     assert reader.num_samples == (limit or 47)
-    bad = compare_with_source(reader, open_source(batched, "train"), None, shuffle_seed=seed)
+    source = open_source(batched, "train")
+    bad = compare_with_source(reader, source, None, shuffle_seed=seed, source_count=len(source))
     assert bad is None

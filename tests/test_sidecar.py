@@ -14,8 +14,10 @@ from conftest import make_arrays
 from ffcv_pairs import ArraySource, write_pairs
 from ffcv_pairs.cli import main
 from ffcv_pairs.format import sidecar
-from ffcv_pairs.format.integrity import open_beton
+from ffcv_pairs.format.integrity import load_manifest, load_stats, open_beton
+from ffcv_pairs.format.reader import PairReader
 from ffcv_pairs.format.sidecar import Manifest, manifest_path
+from ffcv_pairs.format.stats import stats_path
 
 
 @pytest.fixture
@@ -89,3 +91,26 @@ def test_unknown_sidecar_format_is_refused(written: Path) -> None:
     manifest_path(written).write_text(json.dumps(raw))
     with pytest.raises(ValueError, match="unreadable manifest"):
         Manifest.load(manifest_path(written))
+
+
+def test_a_symlink_finds_the_sidecars_beside_its_target(capsys, written: Path) -> None:
+    """The sidecars lie beside the file a link points to (or, failing that, beside the
+    link): the loader, ``verify`` and ``inspect`` find them through the link."""
+    links = written.parent / "links"
+    links.mkdir()
+    link = links / "s.beton"
+    link.symlink_to(written)
+    reader = PairReader(link)
+    manifest = load_manifest(reader)
+    assert manifest is not None and manifest.root_sha256
+    assert load_stats(reader) is not None, "the image statistics were not found"
+    capsys.readouterr()
+    assert main(["verify", str(link)]) == 0
+    assert "checksums: OK" in capsys.readouterr().out
+    assert main(["inspect", str(link)]) == 0
+    assert "block checksums" in capsys.readouterr().out
+    # Sidecars beside the link only (the target's directory has none) are found too.
+    manifest_path(written).rename(manifest_path(link))
+    stats_path(written).rename(stats_path(link))
+    assert load_manifest(PairReader(link)) is not None
+    assert load_stats(PairReader(link)) is not None

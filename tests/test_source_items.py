@@ -67,7 +67,7 @@ def test_out_of_range_names_the_index_and_the_length(source: PairSource, i: int)
         ("1", r"'1' \(str\)"),
         (1.0, r"1\.0 \(float\)"),
         (True, r"True \(bool\)"),
-        (np.bool_(False), r"np\.False_ \(bool\)|False \(bool_\)"),
+        (np.bool_(False), r"False \(bool_?\)$"),  # no numpy repr (np.False_)
         (slice(0, 2), r"slice\(0, 2, None\) \(slice\)"),
         (None, r"None \(NoneType\)"),
         ((1, 2), r"\(1, 2\) \(tuple\)"),

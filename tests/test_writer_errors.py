@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import make_arrays, write_per_sample
+from conftest import make_arrays, write_batched, write_per_sample
 from writer_proc import reached
 
 from ffcv_pairs.cli import write_main
@@ -269,6 +269,7 @@ def _exit_status(argv: list[str]) -> int:
         (["--source-kind", "flat"], "argument --source-kind: invalid choice: 'flat'"),
         (["--split", ""], "--split must be split names (non-empty strings), got ['train', '']"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--codec", "A=jpeg,A=raw"], "--codec A=jpeg,A=raw: gives A more than once"),
     ],
 )
 def test_bad_flag_is_one_line_and_exit_2(capsys, src: Path, tmp_path: Path, flags, needle) -> None:
@@ -315,3 +316,251 @@ def test_flags_win_over_a_bad_config_value(capsys, src: Path, tmp_path: Path) ->
     argv = [str(src), str(out), "--split", "train", "--config", str(config), "--workers", "1"]
     assert _exit_status([*argv, "--no-progress"]) == 0
     assert "3 pairs" in capsys.readouterr().out
+
+
+# -- what a .pt may hold, and where the output may go -------------------------------------
+
+
+@pytest.mark.parametrize("index", [0, 2])
+def test_sparse_tensor_is_one_line_naming_the_file(
+    capsys, src: Path, tmp_path: Path, index
+) -> None:
+    """At index 0 (the template's file) or later, per-sample or batched: never a traceback."""
+    dense = torch.load(src / f"train_A_images_{index}.pt")
+    torch.save(dense.to_sparse(), src / f"train_A_images_{index}.pt")
+    rc, err = _run(capsys, src, tmp_path / "out")
+    _assert_one_line(rc, err, f"train_A_images_{index}.pt: holds a sparse tensor (sparse_coo)")
+
+
+def test_sparse_tensor_in_a_batched_file_is_one_line(capsys, tmp_path: Path) -> None:
+    src = tmp_path / "pt"
+    src.mkdir()
+    item = (torch.zeros(3, 4, 4).to_sparse(), torch.zeros(3, 4, 4), 1)
+    torch.save([item], src / "train_batch_0.pt")
+    rc, err = _run(capsys, src, tmp_path / "out")
+    _assert_one_line(rc, err, "train_batch_0.pt[0].A: holds a sparse tensor")
+
+
+def test_numpy_array_in_a_pt_names_the_file_and_the_type(capsys, src: Path, tmp_path: Path) -> None:
+    """torch's message (cut mid-sentence, with ANSI codes) is not passed on."""
+    torch.save(np.zeros((3, 4, 4), np.uint8), src / "train_B_images_3.pt")
+    rc, err = _run(capsys, src, tmp_path / "out")
+    _assert_one_line(
+        rc,
+        err,
+        f"{src / 'train_B_images_3.pt'}: holds a numpy array (numpy.ndarray), not a torch tensor",
+        "save torch.from_numpy(array) instead",
+    )
+    assert "\x1b" not in err and "Weights only load failed" not in err
+
+
+def test_malformed_config_names_the_file_and_line(capsys, src: Path, tmp_path: Path) -> None:
+    config = tmp_path / "write.yaml"
+    config.write_text(f"src_dir: {src}\nout_dir: out\n  split: [train\n")
+    rc = _exit_status(["--config", str(config), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    _assert_one_line(
+        rc, err, f"error: {config}:3:8: not valid YAML: mapping values are not allowed"
+    )
+    rc = _exit_status(["--config", str(tmp_path / "gone.yaml")])
+    _assert_one_line(rc, capsys.readouterr().err.strip(), "--config", "gone.yaml: no such file")
+
+
+def test_output_directory_that_is_a_file(capsys, src: Path, tmp_path: Path) -> None:
+    from ffcv_pairs import write_pairs
+
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    rc, err = _run(capsys, src, taken)
+    _assert_one_line(rc, err, f"OUT_DIR {taken}: is a file, not a directory")
+    with pytest.raises(ValueError, match=f"{taken} is a file, not a directory"):
+        write_pairs(open_source(src, "train"), taken / "deeper" / "train.beton", progress=False)
+    assert taken.read_text() == "a file"
+
+
+# -- packs counted from their zip directory ------------------------------------------------
+
+
+def _packs(d: Path, last: object) -> Path:
+    """Batch files 0 and 1 of three tensor triples each, and ``last`` as batch file 2."""
+    a, b, labels = make_arrays(9, (3, 4, 4))
+    d.mkdir()
+    for k in range(2):
+        items = [
+            (torch.from_numpy(a[i].copy()), torch.from_numpy(b[i].copy()), int(labels[i]))
+            for i in range(3 * k, 3 * k + 3)
+        ]
+        torch.save(items, d / f"train_batch_{k}.pt")
+    torch.save(last, d / "train_batch_2.pt")
+    return d
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        [(np.zeros((3, 4, 4), np.uint8), np.zeros((3, 4, 4), np.uint8), i) for i in range(3)],
+        {"A": np.zeros((3, 3, 4, 4), np.uint8), "label": 3},
+    ],
+    ids=["numpy-triples", "dict-of-numpy"],
+)
+def test_a_pack_with_no_tensor_storage_is_refused_not_skipped(capsys, tmp_path: Path, last) -> None:
+    """Its zip directory lists no storage, so it would count as empty: it is loaded instead
+    (and refused, by name, as torch.load(weights_only=True) refuses numpy arrays)."""
+    d = _packs(tmp_path / "b", last)
+    rc, err = _run(capsys, d, tmp_path / "out", "--workers", "1")
+    _assert_one_line(rc, err, "train_batch_2.pt", "numpy")
+    assert not (tmp_path / "out" / "train.beton").exists()
+
+
+def test_an_empty_pack_counts_as_empty(capsys, tmp_path: Path) -> None:
+    d = _packs(tmp_path / "b", [])
+    assert len(open_source(d, "train")) == 6
+    rc = write_main([str(d), str(tmp_path / "out"), "--split", "train", "--no-progress"])
+    out = capsys.readouterr()
+    assert rc == 0 and "6 pairs" in out.out, out.err
+
+
+# -- labels int64 does not hold --------------------------------------------------------------
+
+
+def test_a_uint64_label_file_beyond_int64_is_named_with_its_value(
+    capsys, src: Path, tmp_path: Path
+) -> None:
+    torch.save(torch.tensor(2**63 + 5, dtype=torch.uint64), src / "train_labels_3.pt")
+    torch.save(torch.tensor(7, dtype=torch.uint64), src / "train_labels_1.pt")  # fits: fine
+    rc, err = _run(capsys, src, tmp_path / "out", "--workers", "1")
+    _assert_one_line(rc, err, "train_labels_3.pt", str(2**63 + 5), "int64")
+
+
+@pytest.mark.parametrize(
+    ("label", "value"),
+    [
+        (torch.tensor(2**63, dtype=torch.uint64), 2**63),
+        (np.uint64(2**64 - 1), 2**64 - 1),
+        (np.array(2**63, dtype=np.uint64), 2**63),
+        (2**63, 2**63),
+        (-(2**63) - 1, -(2**63) - 1),
+    ],
+    ids=["torch.uint64", "np.uint64", "0-d uint64 array", "int", "negative int"],
+)
+def test_a_python_source_label_beyond_int64_is_named_with_its_index(
+    tmp_path: Path, label, value: int
+) -> None:
+    from ffcv_pairs import write_pairs
+    from ffcv_pairs.write.sources import SourceError
+
+    a = np.zeros((3, 2, 4, 4), np.uint8)
+    pairs = [(a[i], a[i], label if i == 2 else i) for i in range(3)]
+    with pytest.raises(SourceError, match=rf"^list\[2\]\.label: label {value} is outside"):
+        write_pairs(pairs, tmp_path / "l.beton", workers=1, progress=False)
+
+
+def test_stacked_uint64_labels_beyond_int64_are_named_with_their_index(tmp_path: Path) -> None:
+    from ffcv_pairs import ArraySource, write_pairs
+    from ffcv_pairs.write.sources import PairSource, SourceError
+
+    a = np.zeros((4, 2, 4, 4), np.uint8)
+    labels = np.array([0, 1, 2**63 + 1, 2**64 - 1], dtype=np.uint64)
+    with pytest.raises(SourceError, match=rf"^arrays\.labels\[2\]: label {2**63 + 1} is outside"):
+        ArraySource(a, a, labels)
+
+    class Stacked(PairSource):  # what a source's read_arrays may hand the writer
+        def __len__(self) -> int:
+            return 4
+
+        def read(self, i: int):
+            return a[i], a[i], int(labels[i])
+
+        def read_arrays(self, start: int, stop: int):
+            return a[start:stop], a[start:stop], labels[start:stop]
+
+    with pytest.raises(SourceError, match=rf"^Stacked\.label\[2\]: label {2**63 + 1} is outside"):
+        write_pairs(Stacked(), tmp_path / "s.beton", workers=1, progress=False)
+    small = ArraySource(a, a, np.array([0, 1, 2, 2**63 - 1], dtype=np.uint64))
+    assert small.labels.dtype == np.int64 and int(small.labels[3]) == 2**63 - 1
+
+
+# -- names that are not regular files --------------------------------------------------------
+
+
+def _bounded(run, log: Path) -> tuple[int, str]:
+    """``run()`` (an exit status) in a forked child, bounded: a FIFO opened carelessly
+    blocks for ever and ``/dev/zero`` read carelessly fills memory, so the child gets 60 s
+    and 8 GiB of data segment; a test that meets either fails instead of hanging."""
+    import multiprocessing as mp
+    import resource
+
+    def child() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (8 << 30, 8 << 30))
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(out, 2)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        os._exit(run())
+
+    proc = mp.get_context("fork").Process(target=child)
+    proc.start()
+    proc.join(60)
+    if proc.exitcode is None:
+        proc.kill()
+        proc.join()
+        raise AssertionError(f"still running after 60 s: {log.read_text()}")
+    return proc.exitcode, log.read_text().strip()
+
+
+def _not_regular(path: Path, kind: str) -> str:
+    """Replace ``path`` with a FIFO or a symlink to ``/dev/zero``; what the error calls it."""
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "is a FIFO (named pipe), not a regular file"
+    path.symlink_to("/dev/zero")
+    return "is a character device, not a regular file"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+@pytest.mark.parametrize("name", ["train_A_images_2.pt", "train_labels_0.pt", "train_batch_1.pt"])
+def test_a_name_that_is_not_a_regular_file_is_refused(tmp_path: Path, name: str, kind: str) -> None:
+    """Found by the directory scan, before any file is opened."""
+    a, b, labels = make_arrays(6, (3, 4, 4))
+    writer = write_batched if "batch" in name else write_per_sample
+    src = writer(tmp_path / "pt", "train", a, b, labels, *([3] if "batch" in name else []))
+    what = _not_regular(src / name, kind)
+    argv = [str(src), str(tmp_path / "out"), "--split", "train", "--no-progress"]
+    rc, err = _bounded(lambda: write_main(argv), tmp_path / "err.log")
+    _assert_one_line(rc, err, f"{src / name}: {what}")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+@pytest.mark.parametrize("name", ["train_A_images_2.pt", "train_labels_0.pt", "train_batch_1.pt"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_replaced_after_the_scan_is_refused_when_read(
+    tmp_path: Path, name: str, kind: str, workers: int
+) -> None:
+    """Between the scan and the read (the page phase, in the workers): refused, never
+    opened if a FIFO, never read past its size."""
+    from ffcv_pairs import write_pairs
+
+    a, b, labels = make_arrays(40, (3, 4, 4))
+    writer = write_batched if "batch" in name else write_per_sample
+    src = writer(tmp_path / "pt", "train", a, b, labels)
+    source = open_source(src, "train")
+    what = _not_regular(src / name, kind)
+
+    def run() -> int:
+        try:
+            write_pairs(source, tmp_path / "o.beton", workers=workers, progress=False)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+
+    rc, err = _bounded(run, tmp_path / "err.log")
+    _assert_one_line(rc, err, f"{src / name}: {what}")
+
+
+def test_a_symlink_to_a_regular_file_is_read(capsys, src: Path, tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere.pt"
+    (src / "train_A_images_4.pt").rename(real)
+    (src / "train_A_images_4.pt").symlink_to(real)
+    rc = write_main([str(src), str(tmp_path / "out"), "--split", "train", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err

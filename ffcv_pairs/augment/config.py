@@ -10,17 +10,23 @@ Example (Python, or the ``augment:`` block of a LightningCLI YAML)::
 shared by A and B: one parameter draw per sample moves both images the same
 way (``geometry_paired=False`` exists only to show what breaks without it).
 They run in this order: take the region (a random ``crop`` of the padded image,
-or a random ``resized_crop``), shifted by the translation; flip; rotate by k*90
-deg.
+or a random ``resized_crop``; the central one with ``center``), shifted by the
+translation; flip; rotate by k*90 deg.
 Out-of-image pixels follow ``pad_mode`` (``constant`` uses ``fill``).
 
 **Photometric** ops (brightness, contrast, gaussian noise) each have a
 ``*_paired`` switch: paired, A and B get the same factor (and noise); unpaired,
 each image draws its own.
 
-**Output**: ``normalize_mean``/``normalize_std`` (per channel, in stored units,
-e.g. 0-255 for uint8) and ``out_dtype`` are applied after the batch reaches
-``device`` (the GPU when there is one), so the host moves compact uint8.
+**Output**: ``normalize_mean``/``normalize_std`` (per channel, or one value for every
+channel) and ``out_dtype`` are applied after the batch reaches ``device`` (the GPU when
+there is one), so the host moves compact uint8.
+
+**Units**: ``normalize_mean``, ``normalize_std`` and ``noise_std`` are in the units of the
+values the loader hands back: 0-255 for uint8 images (the example above), and the floats'
+own units on a file written with ``quantize`` (``[0, 1]``: ``normalize_mean=(0.485, 0.456,
+0.406)``, ``noise_std=0.02``). Where the loader knows the values' range (uint8: 0..255; a
+quantized file: its range) a ``normalize_mean`` outside it is refused, naming both.
 
 Every random number is a hash of ``(seed, epoch, sample_id, op)``: identical
 for A and B, and the same for every run, thread count, number of ranks and order.
@@ -30,15 +36,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import InitVar, dataclass, fields, replace
+from dataclasses import InitVar, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import yaml
 
-from .._checks import flag, integer, number, one_of, optional, pair, sequence_of
-from ..format.schema import ArraySpec, PairSchema, Quantization
+from .._checks import flag, integer, number, one_of, optional, pair, sequence_of, shown
+from ..format.schema import ArraySpec, PairSchema
 from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
@@ -72,12 +78,19 @@ class PairAugment:
         crop_scale: ``(low, high)`` area fraction of the resized crop's region;
             default ``(0.08, 1.0)``, as torchvision.
         crop_ratio: ``(low, high)`` aspect ratio range of the resized crop.
+        center: Take the central region, not a random one (deterministic: for
+            evaluation). With ``crop``, the central ``crop`` window; with ``resized_crop``,
+            the largest central region of the output's aspect ratio, resized to it
+            (torchvision's ``Resize`` then ``CenterCrop``). Needs one of them; not with
+            ``crop_scale`` (``crop_ratio`` is not used).
         translate: Maximum shift ``(dy, dx)`` in pixels of the crop window.
         pad_mode: ``constant`` (``fill``), ``reflect`` or ``edge`` for pixels outside.
-        fill: Value of ``constant`` padding.
+        fill: Value of ``constant`` padding, a stored value (uint8 and a quantized file's
+            codes: a whole number 0..255).
         brightness: Multiply by a factor in ``[1 - b, 1 + b]``.
         contrast: Scale deviations from the image mean by ``[1 - c, 1 + c]``.
-        noise_std: Standard deviation of additive gaussian noise (stored units).
+        noise_std: Standard deviation of additive gaussian noise, in the units of the
+            values handed back (0-255 for uint8; a quantized file's floats).
         brightness_paired, contrast_paired, noise_paired: Same draw for A and B.
         value_range: ``(low, high)`` that brightness, contrast and noise clamp
             floating-point images to; default ``(0, 1)``, as torchvision. A float
@@ -86,7 +99,10 @@ class PairAugment:
         geometry_paired: Keep True. False draws geometry for A and B
             independently, which destroys the pairing (for demonstrations).
             (``paired_geometry``, its old name, still works, with a warning.)
-        normalize_mean, normalize_std: Per-channel ``(x - mean) / std`` on the device.
+        normalize_mean, normalize_std: Per-channel ``(x - mean) / std`` on the device (one
+            value: every channel), in the units of the values handed back: 0-255 for
+            uint8, the floats' on a quantized file; a mean outside the values' range,
+            where the loader knows it, is refused.
         out_dtype: Output dtype; default float32 when normalizing, else unchanged.
         channels: ``auto``, ``first`` (C,H,W) or ``last`` (H,W,C).
     """
@@ -99,6 +115,7 @@ class PairAugment:
     resized_crop: tuple[int, int] | None = None
     crop_scale: tuple[float, float] | None = None
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    center: bool = False
     translate: tuple[int, int] = (0, 0)
     pad_mode: PadMode = "constant"
     fill: float = 0.0
@@ -133,8 +150,9 @@ class PairAugment:
             object.__setattr__(self, "geometry_paired", paired_geometry)
         if self.crop is not None and self.crop_scale is not None and self.resized_crop is None:
             warnings.warn(
-                f"augment crop={tuple(self.crop)} with crop_scale is a resized crop: say "
-                f"resized_crop={tuple(self.crop)} (crop alone is a plain crop); taken as that",
+                f"augment crop={shown(tuple(self.crop))} with crop_scale is a resized crop: "
+                f"say resized_crop={shown(tuple(self.crop))} (crop alone is a plain crop); "
+                f"taken as that",
                 FutureWarning,
                 stacklevel=4,
             )
@@ -156,6 +174,7 @@ class PairAugment:
         put("resized_crop", optional(pair), integer, least=1, most=MAX_SIDE)
         put("crop_scale", optional(pair), number, above=0.0, most=1.0)
         put("crop_ratio", pair, number, above=0.0, most=1e6)
+        put("center", flag)
         put("translate", pair, integer, least=0, most=MAX_SIDE)
         put("pad_mode", one_of, list(_PAD_MODES))
         put("fill", number)
@@ -172,6 +191,26 @@ class PairAugment:
         if self.resized_crop is not None and self.crop_padding:
             raise ValueError(
                 "augment crop_padding applies to a plain crop, not to resized_crop; unset it"
+            )
+        self._check_center_and_rot90()
+
+    def _check_center_and_rot90(self) -> None:
+        which = "resized_crop" if self.resized_crop is not None else "crop"
+        size = self.out_size
+        if self.center and size is None:
+            raise ValueError(
+                "augment center applies to crop=(height, width) or resized_crop=(height, "
+                "width), neither of which is set"
+            )
+        if self.center and self.crop_scale is not None:
+            raise ValueError(
+                f"augment center takes the central region, crop_scale={self.crop_scale} draws "
+                f"a random one: choose one"
+            )
+        if self.rot90 and size is not None and size[0] != size[1]:
+            raise ValueError(
+                f"augment rot90 needs a square output, got {which}={size}: a quarter turn "
+                f"swaps height and width; use a square size or rot90=False"
             )
 
     def _check_photometric_and_output(self) -> None:
@@ -281,10 +320,11 @@ class PairAugment:
                 )
             if self.normalize_mean is not None:
                 for key in ("normalize_mean", "normalize_std"):
-                    if len(getattr(self, key)) != axes.num_channels:
+                    if len(getattr(self, key)) not in (1, axes.num_channels):
                         raise ValueError(
                             f"augment {key} has {len(getattr(self, key))} values but {name} "
-                            f"has {axes.num_channels} channel(s) (shape {schema.spec(name).shape})"
+                            f"has {axes.num_channels} channel(s) (shape {schema.spec(name).shape}"
+                            f"); give one per channel, or one for every channel"
                         )
         return out
 
@@ -331,6 +371,7 @@ class PairAugment:
             resize=self.resizes,
             paired=bool(self.geometry_paired),
             identity=not self.has_geometry,
+            center=bool(self.center),
         )
 
     def photometric_config(self) -> PhotometricConfig:
@@ -350,33 +391,6 @@ class PairAugment:
     def float_range(self) -> tuple[float, float]:
         """What photometric ops clamp floating-point images to."""
         return self.value_range if self.value_range is not None else (0.0, 1.0)
-
-    def dequantizing(self, q: Quantization, schema: PairSchema) -> PairAugment:
-        """This augmentation on a file quantized with ``q``, handing back floats in its
-        range: the normalisation, given in the floats' units (or none), is rewritten to
-        act on the stored codes, ``mean' = (mean - lo) / step``, ``std' = std / step``.
-        The ops before it (``fill``, ``noise_std``, brightness, contrast) see the codes.
-
-        Raises:
-            ValueError: an integer ``out_dtype``, or images that are not 2-d or 3-d.
-        """
-        if self.out_dtype == "uint8":
-            raise ValueError(
-                "out_dtype='uint8' with dequantize: the values of a quantized file come back "
-                "as floats; use dequantize=False for the stored uint8 codes"
-            )
-        name = schema.IMAGE_FIELDS[0]
-        try:
-            channels = image_axes(schema.spec(name), self.channels, name).num_channels
-        except ValueError as e:
-            raise ValueError(f"dequantize: {e}; use dequantize=False for the codes") from None
-        mean = self.normalize_mean or (0.0,) * channels
-        std = self.normalize_std or (1.0,) * channels
-        return replace(
-            self,
-            normalize_mean=tuple((m - q.lo) / q.step for m in mean),
-            normalize_std=tuple(s / q.step for s in std),
-        )
 
     def resolved_out_dtype(self, stored: str) -> str:
         if self.out_dtype is not None:

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .._fileio import pread_exact, read_blocks
 from .reader import BetonError, PairReader
 from .schema import PairSchema
-from .sidecar import Manifest, block_digest, manifest_path, root_digest
-from .stats import hash_stats, open_stats, stats_path
+from .sidecar import Manifest, block_digest, root_digest, sidecar_to_read
+from .stats import STATS_SUFFIX, hash_stats, open_stats
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Mismatch:
 
 def load_manifest(reader: PairReader) -> Manifest | None:
     """The sidecar of ``reader``'s file, checked to belong to it; None when there is none."""
-    path = manifest_path(reader.path)
+    path = sidecar_to_read(reader.path)
     if not path.exists():
         return None
     manifest = Manifest.load(path)
@@ -112,12 +113,15 @@ def describe_block(reader: PairReader, block: int) -> str:
     return f"page {block} (data, {span}, {samples})"
 
 
-def _crc_blocks(path: Path, block_size: int, blocks: range) -> list[int]:
+def _crc_blocks(path: Path, block_size: int, blocks: range, file_size: int) -> list[int]:
     crcs = []
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY)
+    try:
         for b in blocks:
-            f.seek(b * block_size)
-            crcs.append(zlib.crc32(f.read(block_size)))
+            size = min(block_size, file_size - b * block_size)  # the last ends with the file
+            crcs.append(zlib.crc32(pread_exact(fd, size, b * block_size, str(path))))
+    finally:
+        os.close(fd)
     return crcs
 
 
@@ -131,7 +135,7 @@ def check_tables(reader: PairReader, manifest: Manifest) -> None:
     meta_end = reader.metadata_end
     blocks = range(-(-meta_end // ps))
     expected = manifest.crcs()
-    for b, crc in zip(blocks, _crc_blocks(reader.path, ps, blocks)):
+    for b, crc in zip(blocks, _crc_blocks(reader.path, ps, blocks, reader.file_size)):
         if b >= len(expected) or crc != expected[b]:
             raise BetonError(
                 f"{reader.path}: checksum mismatch in {describe_block(reader, b)}: "
@@ -147,18 +151,15 @@ def verify_checksums(reader: PairReader, manifest: Manifest) -> Mismatch | None:
     whole = manifest.digest_kind == "sha256"
     file_digest = hashlib.sha256()
     blocks: list[bytes] = []
-    with open(reader.path, "rb", buffering=0) as f:
-        buf = bytearray(ps)
-        view = memoryview(buf)
-        block = 0
-        while n := f.readinto(buf):
-            if block >= len(expected) or zlib.crc32(view[:n]) != expected[block]:
-                return Mismatch(f"checksum mismatch in {describe_block(reader, block)}")
-            if whole:
-                file_digest.update(view[:n])
-            else:
-                blocks.append(block_digest(view[:n]).sha256)
-            block += 1
+    block = 0
+    for view in read_blocks(reader.path, ps):  # whole blocks, however Linux splits reads
+        if block >= len(expected) or zlib.crc32(view) != expected[block]:
+            return Mismatch(f"checksum mismatch in {describe_block(reader, block)}")
+        if whole:
+            file_digest.update(view)
+        else:
+            blocks.append(block_digest(view).sha256)
+        block += 1
     if block != len(expected):
         return Mismatch(f"file has {block} blocks, manifest lists {len(expected)}")
     got = file_digest.hexdigest() if whole else root_digest(blocks)
@@ -175,7 +176,7 @@ def _verify_stats(reader: PairReader, manifest: Manifest) -> Mismatch | None:
     logged: the loader then computes the means itself)."""
     if manifest.stats is None:
         return None
-    path = stats_path(reader.path)
+    path = sidecar_to_read(reader.path, STATS_SUFFIX)
     if not path.exists():
         log.warning("%s: its image statistics %s are missing", reader.path, path.name)
         return None

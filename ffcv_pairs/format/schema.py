@@ -18,12 +18,13 @@ image's own shape, which the note keeps.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
+
+from .quantization import Quantization
 
 if TYPE_CHECKING:
     from ffcv.fields.base import Field
@@ -101,57 +102,6 @@ class Jpeg:
 
 
 @dataclass(frozen=True)
-class Quantization:
-    """Floats of ``[lo, hi]`` stored as uint8: ``q`` stands for ``lo + q * step``, with
-    ``step = (hi - lo) / 255``. Each float is stored as its nearest ``q``, so a value
-    read back differs from the original by at most ``step / 2`` (:attr:`max_error`).
-
-    Args:
-        lo, hi: The declared range, finite, ``lo < hi``; values outside it are refused.
-    """
-
-    lo: float
-    hi: float
-
-    def __post_init__(self) -> None:
-        lo, hi = float(self.lo), float(self.hi)
-        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise ValueError(f"quantize range must be two finite numbers lo < hi, got {lo}, {hi}")
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
-
-    @property
-    def step(self) -> float:
-        return (self.hi - self.lo) / 255.0
-
-    @property
-    def max_error(self) -> float:
-        """The largest difference between a float and its stored value read back."""
-        return self.step / 2
-
-    def encode(self, values: np.ndarray) -> np.ndarray:
-        """uint8 codes of ``values`` (which must lie in the range: see ``outside``)."""
-        scaled = (np.asarray(values, dtype=np.float64) - self.lo) / self.step
-        return np.rint(scaled).clip(0, 255).astype(np.uint8)
-
-    def decode(self, codes: np.ndarray) -> np.ndarray:
-        """The float32 values that uint8 ``codes`` stand for."""
-        return (self.lo + np.asarray(codes, dtype=np.float64) * self.step).astype(np.float32)
-
-    def outside(self, values: np.ndarray) -> np.ndarray:
-        """Mask of the values outside ``[lo, hi]`` (NaN included)."""
-        with np.errstate(invalid="ignore"):
-            return ~((values >= self.lo) & (values <= self.hi))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dtype": "uint8", "range": [self.lo, self.hi], "max_abs_error": self.max_error}
-
-    def describe(self) -> str:
-        q = f"quantized from [{self.lo:g}, {self.hi:g}]"
-        return f"{q}, max abs error {self.max_error:.3g} (half a step)"
-
-
-@dataclass(frozen=True)
 class ArraySpec:
     """Shape and dtype of one image field.
 
@@ -216,12 +166,12 @@ class ArraySpec:
             text = f"{text} as {self.jpeg.describe()}"
         if self.quantized is None or not quantization:
             return text
-        return f"{text} {self.quantized.describe()}"
+        return f"{text} {self.quantized.describe(lossy=self.jpeg is not None)}"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype}
         if self.quantized is not None:
-            out["quantize"] = self.quantized.to_json()
+            out["quantize"] = self.quantized.to_json(lossy=self.jpeg is not None)
         if self.jpeg is not None:
             out["compress"] = self.jpeg.to_json()
         return out
@@ -393,7 +343,8 @@ class PairSchema:
 
     def describe(self) -> str:
         a_name, b_name = self.IMAGE_FIELDS
-        same = self.a.quantized is not None and self.a.quantized == self.b.quantized
+        q, lossy = self.a.quantized, self.a.jpeg is not None
+        same = q is not None and q == self.b.quantized and lossy == (self.b.jpeg is not None)
         a, b = self.a.describe(not same), self.b.describe(not same)
         text = f"{a_name}={a} {b_name}={b} {self.LABEL_FIELD}=int64"
-        return f"{text}, {self.a.quantized.describe()}" if same and self.a.quantized else text
+        return f"{text}, {q.describe(lossy)}" if same and q is not None else text

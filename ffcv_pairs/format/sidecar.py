@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from .._fileio import read_blocks
+
 __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_FORMATS",
@@ -37,6 +39,7 @@ __all__ = [
     "hash_file",
     "manifest_path",
     "root_digest",
+    "sidecar_to_read",
 ]
 
 MANIFEST_FORMAT = "ffcv-pairs-manifest/2"
@@ -46,8 +49,17 @@ DigestKind = Literal["root_sha256", "sha256"]
 
 
 def manifest_path(beton: str | os.PathLike[str]) -> Path:
-    """``train.beton`` -> ``train.beton.json``."""
+    """``train.beton`` -> ``train.beton.json`` (where the writer puts it)."""
     return Path(f"{os.fspath(beton)}.json")
+
+
+def sidecar_to_read(beton: str | os.PathLike[str], suffix: str = ".json") -> Path:
+    """The sidecar ``<file><suffix>`` to read for ``beton``: beside the file a symlink
+    points to (``os.path.realpath``), where the writer put it, or else beside the link
+    itself when only it has one. The path beside the target when neither exists."""
+    real = Path(f"{os.path.realpath(beton)}{suffix}")
+    given = Path(f"{os.fspath(beton)}{suffix}")
+    return given if not real.exists() and given.exists() else real
 
 
 class BlockDigest(NamedTuple):
@@ -83,15 +95,12 @@ def hash_file(
     crcs: list[int] = []
     blocks: list[bytes] = []
     whole = hashlib.sha256()
-    buf = bytearray(block_size)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            crcs.append(zlib.crc32(view[:n]))
-            if kind == "sha256":
-                whole.update(view[:n])
-            else:
-                blocks.append(hashlib.sha256(view[:n]).digest())
+    for view in read_blocks(path, block_size):  # whole blocks, however Linux splits reads
+        crcs.append(zlib.crc32(view))
+        if kind == "sha256":
+            whole.update(view)
+        else:
+            blocks.append(hashlib.sha256(view).digest())
     return crcs, whole.hexdigest() if kind == "sha256" else root_digest(blocks)
 
 

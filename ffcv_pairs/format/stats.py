@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import FfcvPairsError
 from .schema import ArraySpec, PairSchema
+from .sidecar import sidecar_to_read
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ __all__ = [
     "HEADER_BYTES",
     "RECORD_SHAPE",
     "STATS_FORMAT",
+    "STATS_SUFFIX",
     "StatsKind",
     "StatsWarning",
     "field_stats_kinds",
@@ -67,9 +69,14 @@ class StatsWarning(FfcvPairsError, UserWarning):
     """A stats file that cannot be trusted was ignored (the loader computes the means)."""
 
 
+#: What the stats file's name adds to its `.beton`'s.
+STATS_SUFFIX = ".stats"
+
+
 def stats_path(beton: str | os.PathLike[str]) -> Path:
-    """``train.beton`` -> ``train.beton.stats``."""
-    return Path(f"{os.fspath(beton)}.stats")
+    """``train.beton`` -> ``train.beton.stats`` (where the writer puts it; a reader looks
+    with :func:`~ffcv_pairs.format.sidecar.sidecar_to_read`, which follows symlinks)."""
+    return Path(f"{os.fspath(beton)}{STATS_SUFFIX}")
 
 
 def stats_kind(spec: ArraySpec) -> StatsKind | None:
@@ -135,7 +142,7 @@ def open_stats(
     """
     if entry is None or not root_sha256:
         return None
-    path = stats_path(beton)
+    path = sidecar_to_read(beton, STATS_SUFFIX)
     if not path.exists():
         log.info("%s: no %s; contrast reads each image for its mean", beton, path.name)
         return None

@@ -54,6 +54,7 @@ class GeometryConfig(NamedTuple):
     resize: bool
     paired: bool
     identity: bool  # no geometric op at all: plain copies
+    center: bool = False  # the central region, not a random one (crop or resized crop)
 
 
 class Placement(NamedTuple):
@@ -84,13 +85,20 @@ def _resized_region(geo, key, height, width):  # pragma: no cover - JIT
             x0 = randint(key, 13 + 4 * attempt, 0, width - w)
             return y0, x0, h, w
     # No box fits: a central crop at the nearest allowed ratio.
+    return _central_region(height, width, geo.ratio_lo, geo.ratio_hi)
+
+
+@nb.njit(cache=True, nogil=True)
+def _central_region(height, width, ratio_lo, ratio_hi):  # pragma: no cover - JIT
+    """The largest central region whose aspect ratio (width / height) is the image's
+    clamped to ``[ratio_lo, ratio_hi]``: ``(y0, x0, rh, rw)``."""
     ratio = width / height
-    if ratio < geo.ratio_lo:
-        rw, rh = width, np.int64(round(width / geo.ratio_lo))
-    elif ratio > geo.ratio_hi:
-        rh, rw = height, np.int64(round(height * geo.ratio_hi))
+    if ratio < ratio_lo:
+        rw, rh = np.int64(width), np.int64(round(width / ratio_lo))
+    elif ratio > ratio_hi:
+        rh, rw = np.int64(height), np.int64(round(height * ratio_hi))
     else:
-        rh, rw = height, width
+        rh, rw = np.int64(height), np.int64(width)
     return (height - rh) // 2, (width - rw) // 2, rh, rw
 
 
@@ -105,7 +113,13 @@ def geometry_params(geo, clock, sample_id, tag, height, width):  # pragma: no co
     vflip = 1 if uniform(key, 1) < geo.vflip else 0
     rot = randint(key, 2, 0, 3) if geo.rot90 else 0
     y0, x0, rh, rw = np.int64(0), np.int64(0), np.int64(height), np.int64(width)
-    if geo.crop and geo.resize:
+    if geo.crop and geo.center and geo.resize:  # the output's aspect ratio, resized to it
+        ratio = geo.out_w / geo.out_h
+        y0, x0, rh, rw = _central_region(height, width, ratio, ratio)
+    elif geo.crop and geo.center:
+        y0, x0 = np.int64((height - geo.out_h) // 2), np.int64((width - geo.out_w) // 2)
+        rh, rw = np.int64(geo.out_h), np.int64(geo.out_w)
+    elif geo.crop and geo.resize:
         y0, x0, rh, rw = _resized_region(geo, key, height, width)
     elif geo.crop:
         y0 = randint(key, 3, -geo.pad, height + geo.pad - geo.out_h)

@@ -8,7 +8,7 @@
   every epoch gets a new order. Lightning only injects a ``DistributedSampler``
   into a torch ``DataLoader``; this loader shards itself, so
   ``use_distributed_sampler`` may be either value.
-* Validation and test read sequentially, sharded, with nothing dropped; the
+* Validation, test and predict read sequentially, sharded, with nothing dropped; the
   ranks' shares are padded by wrapping to equal lengths (as ``DistributedSampler``
   does: fewer than ``world_size`` samples are read twice), so per-step
   collectives cannot hang.
@@ -30,8 +30,9 @@ from typing import Any
 
 import lightning as L
 
-from .._checks import integer, optional
+from .._checks import integer, optional, shown
 from ..augment.config import PairAugment, image_axes
+from ..augment.evaluation import eval_pipeline
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
 from ..load.loader import (
@@ -55,13 +56,18 @@ class PairDataModule(L.LightningDataModule):
         train_path: Training `.beton`.
         val_path: Validation `.beton` (optional).
         test_path: Test `.beton` (optional).
+        predict_path: `.beton` for ``predict`` (optional).
         global_batch_size: Samples per optimiser step over all devices and nodes;
             split over the world size. Give this or ``batch_size``.
         batch_size: Samples per device. Give this or ``global_batch_size``.
         order: Training order: ``quasi_random``, ``random`` or ``sequential``
             (validation and test read sequentially).
-        augment: Training augmentation (validation and test are not augmented,
-            but get the same ``normalize_*``/``out_dtype`` so inputs match).
+        augment: Training augmentation.
+        eval_augment: What validation, test and predict batches get (deterministic ops
+            only: set ``center`` on a crop). Default: derived from ``augment``, with the
+            same output size (its ``crop`` or ``resized_crop``, taken from the centre)
+            and the same ``normalize_*``/``out_dtype``, and nothing random, so the
+            inputs match training's.
         num_threads: JIT threads per rank; default the node's cores over its devices.
         device: Where batches go; default the trainer's device.
         {loader_options}
@@ -84,6 +90,7 @@ class PairDataModule(L.LightningDataModule):
         train_path: str | None = None,
         val_path: str | None = None,
         test_path: str | None = None,
+        predict_path: str | None = None,
         *,
         global_batch_size: int | None = None,
         batch_size: int | None = None,
@@ -91,6 +98,7 @@ class PairDataModule(L.LightningDataModule):
         os_cache: bool = True,
         seed: int = 0,
         augment: PairAugment | None = None,
+        eval_augment: PairAugment | None = None,
         num_threads: int | None = None,
         window_bytes: int = DEFAULT_WINDOW_BYTES,
         batches_ahead: int = 2,
@@ -113,6 +121,7 @@ class PairDataModule(L.LightningDataModule):
             ("train_path", train_path),
             ("val_path", val_path),
             ("test_path", test_path),
+            ("predict_path", predict_path),
         ):
             if path is not None and not isinstance(path, str | os.PathLike):
                 raise TypeError(
@@ -130,10 +139,22 @@ class PairDataModule(L.LightningDataModule):
             device=device,
             **self.loader_options,
         )
-        self.save_hyperparameters(ignore=["augment"])
-        self.paths = {"train": train_path, "val": val_path, "test": test_path}
+        if eval_augment is None:
+            eval_augment = eval_pipeline(augment)
+        elif not isinstance(eval_augment, PairAugment):
+            raise TypeError(
+                f"eval_augment must be a PairAugment or None, got {shown(eval_augment)} "
+                f"({type(eval_augment).__name__})"
+            )
+        self.save_hyperparameters(ignore=["augment", "eval_augment"])
+        self.paths = {
+            "train": train_path,
+            "val": val_path,
+            "test": test_path,
+            "predict": predict_path,
+        }
         self.global_batch_size, self._batch_size = global_batch_size, batch_size
-        self.order, self.augment = order, augment
+        self.order, self.augment, self.eval_augment = order, augment, eval_augment
         self.num_threads, self.device = num_threads, device
         self._loaders: dict[str, PairLoader] = {}
 
@@ -173,17 +194,6 @@ class PairDataModule(L.LightningDataModule):
         trainer = self.trainer
         return str(trainer.strategy.root_device) if trainer is not None else None
 
-    def _eval_augment(self) -> PairAugment | None:
-        aug = self.augment
-        if aug is None or (aug.normalize_mean is None and aug.out_dtype is None):
-            return None
-        return PairAugment(
-            normalize_mean=aug.normalize_mean,
-            normalize_std=aug.normalize_std,
-            out_dtype=aug.out_dtype,
-            channels=aug.channels,
-        )
-
     def _loader(self, split: str) -> PairLoader:
         path = self.paths[split]
         if path is None:
@@ -198,7 +208,7 @@ class PairDataModule(L.LightningDataModule):
             batch_size=self.per_device_batch_size(world),
             order=self.order if train else "sequential",
             drop_last=train,
-            augment=self.augment if train else self._eval_augment(),
+            augment=self.augment if train else self.eval_augment,
             device=self._device(),
             num_threads=threads,
             rank=rank,
@@ -230,6 +240,9 @@ class PairDataModule(L.LightningDataModule):
     def test_dataloader(self) -> PairLoader:
         return self._loader("test")
 
+    def predict_dataloader(self) -> PairLoader:
+        return self._loader("predict")
+
     def teardown(self, stage: str) -> None:
         for loader in self._loaders.values():
             loader.close()
@@ -239,4 +252,11 @@ class PairDataModule(L.LightningDataModule):
 assert PairDataModule.__doc__ is not None
 PairDataModule.__doc__ = PairDataModule.__doc__.replace(
     "        {loader_options}\n", options_doc(PairDataModule.LOADER_OPTIONS) + "\n"
+)
+# help(PairDataModule.__init__) would show LightningDataModule's; the arguments are
+# declared once, in the class docstring, and repeated here.
+PairDataModule.__init__.__doc__ = (
+    "Check every argument at once (a bad one raises ValueError or TypeError naming it);\n"
+    "    the loaders are made later, by the ``*_dataloader`` hooks.\n\n"
+    + PairDataModule.__doc__[PairDataModule.__doc__.index("    Args:") :]
 )

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import flag, integer
+from .._checks import flag, integer, shown
 from .index import PageIndex
 from .order import OrderSpec, deal, epoch_order, read_order
 
@@ -74,7 +74,7 @@ class Segment:
             value = getattr(self, name)
             least = 0 if name == "batches" else 1
             if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise TypeError(f"segment {name} must be an int, got {value!r}")
+                raise TypeError(f"segment {name} must be an int, got {shown(value)}")
             if value < least:
                 raise ValueError(f"segment {name} must be at least {least}, got {value}")
 

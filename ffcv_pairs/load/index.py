@@ -8,6 +8,7 @@ memory-mapped metadata.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,7 @@ def check_indices(indices: object, num_samples: int) -> np.ndarray | None:
         if not ids.any():
             raise ValueError("the indices mask is all False: it selects no samples")
         return np.flatnonzero(ids).astype(np.int64)
+    _refuse_beyond_int64(indices, ids, num_samples)
     if ids.dtype.kind not in "iu":
         first = ids[0].item() if len(ids) else None
         raise ValueError(
@@ -69,6 +71,27 @@ def check_indices(indices: object, num_samples: int) -> np.ndarray | None:
             why = f"is a duplicate (first at indices[{int(np.argmax(ids == value))}])"
         raise ValueError(f"indices[{at}] = {value} {why}")
     return np.sort(ids)
+
+
+def _refuse_beyond_int64(indices: object, ids: np.ndarray, num_samples: int) -> None:
+    """Ids that int64 cannot hold, before a cast wraps them: uint64, or a list or tuple of
+    integers that numpy holds as floats or objects. Names the first out of
+    ``[0, num_samples)``."""
+    if ids.dtype.kind == "u" and (ids >= num_samples).any():
+        at = int(np.argmax(ids >= num_samples))
+        raise ValueError(f"indices[{at}] = {int(ids[at])} is out of range [0, {num_samples})")
+    if (
+        ids.dtype.kind in "iub"
+        or not isinstance(indices, list | tuple)
+        or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_) for v in indices
+        )
+    ):
+        return
+    for at, value in enumerate(indices):
+        if not 0 <= int(value) < num_samples:
+            why = "is negative" if value < 0 else f"is out of range [0, {num_samples})"
+            raise ValueError(f"indices[{at}] = {int(value)} {why}")
 
 
 @dataclass(frozen=True)

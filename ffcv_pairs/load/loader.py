@@ -19,10 +19,11 @@ tensors); on a GPU any number.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,10 @@ class PairLoader:
         schema: The file's :class:`~ffcv_pairs.format.schema.PairSchema`.
         rank, world_size: This process's place in the (possibly simulated) job.
         num_threads: JIT threads used by the pipeline.
+
+    A loader pickles (a torch ``DataLoader``'s spawned workers, Lightning's
+    ``ddp_spawn``): the copy is rebuilt from the file and options and continues
+    where this one stands (:meth:`__reduce__`).
     """
 
     def __init__(
@@ -76,6 +81,7 @@ class PairLoader:
         copy_engine: CopyEngine | None = None,
     ):
         """Args: ``copy_engine`` replaces the GPU's (tests pass the CPU simulation)."""
+        self._made_with = (config, copy_engine)  # what a pickle rebuilds it from
         self.reader = open_beton(path, full_check=config.verify)
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
@@ -136,7 +142,6 @@ class PairLoader:
         )
         self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
         check_budget(self.memory_estimate, cfg.max_ram_gb)
-        self._fingerprint = resume_fingerprint(self.reader, self.index, self.spec)
         self._next_epoch = 0
         self._resume: EpochPosition | None = None  # loaded, not yet started
         self._progress: EpochPosition | None = None  # the epoch being read, or abandoned
@@ -188,11 +193,14 @@ class PairLoader:
             self._active = None
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        # try, not contextlib.suppress: at interpreter exit module globals may be None.
+        try:
             self.close()
             forget_mappings(id(self))
             if self._engine.watch is not None:
                 self._engine.watch.close()
+        except Exception:  # a finaliser must not raise
+            pass
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         """One epoch. Lazy: the epoch is fixed, and loading starts, at the first ``next()``.
@@ -243,6 +251,11 @@ class PairLoader:
                 self._active = None
 
     # -- resume ------------------------------------------------------------------------
+    @functools.cached_property
+    def _fingerprint(self) -> dict[str, Any]:
+        """What a resume must match; made at the first state (it reads the file's tables)."""
+        return resume_fingerprint(self.reader, self.index, self.spec)
+
     def _position(self, state: EpochPosition) -> int:
         """Batches of ``state``'s epoch done, counted in this world's batches."""
         return len(self) - state.batches + state.now.batches
@@ -276,16 +289,45 @@ class PairLoader:
         come in the same order.
 
         Raises:
-            ValueError: the file, indices, order, window or seed differ (named), or the
-                state is malformed.
+            ValueError: the file, indices, order, window or seed differ (named, with the
+                file), or the state is malformed.
         """
-        segments = check_resume(state, self._fingerprint)
+        segments = check_resume(state, self._fingerprint, str(self.path))
         epoch = int(state["epoch"])  # checked: a non-negative integer
         self._next_epoch, self._progress, self._resume = epoch, None, None
         if segments:
             self._resume = resume_epoch(self.index, self.spec, epoch, segments)
             if self.on_resume is not None:
                 self.on_resume(int(state["batches_consumed"]), self._position(self._resume))
+
+    # -- pickling ----------------------------------------------------------------------
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what rebuilds it (spawned workers, ``ddp_spawn``): the file's absolute
+        path, the options it was made with, with this loader's rank and world size (a copy
+        in a worker process reads this rank's share), and any ``copy_engine`` given; then
+        its place (the next epoch, or :meth:`state_dict` in an epoch being read or loaded),
+        ``last_batch_ids`` and ``on_resume``. The copy opens the file, loads its kernels and
+        resolves its device again, as :func:`make_loader` would in that process; a file
+        that changed in between is refused by the resume check, named."""
+        config, copy_engine = self._made_with
+        config = replace(config, rank=self.rank, world_size=self.world_size)
+        state = self._resume or self._progress
+        at_boundary = state is None or state.finished
+        carried = {
+            "place": (
+                {"epoch": self._next_epoch, "batches_consumed": 0}
+                if at_boundary
+                else self.state_dict()
+            ),
+            "last_batch_ids": self.last_batch_ids,
+            "on_resume": self.on_resume,
+        }
+        return (PairLoader, (self.path.absolute(), config, copy_engine), carried)
+
+    def __setstate__(self, carried: dict[str, Any]) -> None:
+        self.load_state_dict(carried["place"])  # before the hook: nothing to align here
+        self.last_batch_ids = carried["last_batch_ids"]
+        self.on_resume = carried["on_resume"]
 
     def describe(self) -> str:
         return (

@@ -12,6 +12,7 @@ import torch
 
 from .._checks import SEED_LIMIT, flag, integer, number, one_of, optional
 from ..augment.config import PairAugment
+from ..augment.units import check_units, dequantizing
 from ..format.schema import PairSchema
 from .order import ORDERS, OrderKind
 
@@ -102,8 +103,9 @@ class LoaderConfig:
     verify: bool = option("Check every checksum of the file on open.", False)
     dequantize: bool = option(
         "On a file written with ``quantize``: hand back floats in the quantized range "
-        "(float32 unless ``augment.out_dtype`` says otherwise; ``normalize_mean``/``std`` in "
-        "the floats' units). False: the stored uint8 codes. No effect on other files.",
+        "(float32 unless ``augment.out_dtype`` says otherwise; ``normalize_mean``/``std`` "
+        "and ``noise_std`` in the floats' units, a mean outside the range refused). False: "
+        "the stored uint8 codes. No effect on other files.",
         True,
     )
     jpeg_downscale: bool = option(
@@ -156,11 +158,19 @@ class LoaderConfig:
     def for_file(self, schema: PairSchema) -> LoaderConfig:
         """These options for a file of ``schema``: on a quantized file with ``dequantize``,
         the augmentation whose normalisation maps the codes back
-        (:meth:`~ffcv_pairs.augment.config.PairAugment.dequantizing`)."""
+        (:func:`~ffcv_pairs.augment.units.dequantizing`); on others, checked for a
+        ``normalize_mean`` outside the values' range (uint8: 0..255).
+
+        Raises:
+            ValueError: a ``normalize_mean`` outside the values' range, or see
+                :func:`~ffcv_pairs.augment.units.dequantizing`.
+        """
         q = schema.quantized
         if q is None or not self.dequantize:
+            if self.augment is not None:
+                check_units(self.augment, schema)
             return self
-        augment = (self.augment or PairAugment()).dequantizing(q, schema)
+        augment = dequantizing(self.augment or PairAugment(), q, schema)
         return replace(self, augment=augment)
 
 

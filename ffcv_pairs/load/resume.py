@@ -4,13 +4,21 @@ A state records the epoch, the segments of it run so far (see
 :mod:`~ffcv_pairs.load.elastic`) and a fingerprint. Across a mid-epoch resume
 the world size and the per-device batch size (and ``drop_last``) may change;
 the file, the ``indices``, the order kind, the window and the seed may not:
-they define the epoch's order, so a change is refused, naming the field.
+they define the epoch's order, so a change is refused, naming the file and the field.
+
+The file is known by ``content`` (:func:`content_identity`, a digest of its
+tables and of data spread over it, which needs no sidecar) and, when both the
+checkpoint's file and this one have a sidecar, also by the sidecar's whole-file
+digest (``file``). A mid-epoch state from before ``content`` existed is
+accepted on its sidecar digest, and refused when its file had no sidecar (it
+then named the file by size and header only, which two conversions of the same
+shape and count share): resume such a run from an end-of-epoch checkpoint.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -21,13 +29,14 @@ from .elastic import MAX_BATCH, Segment
 from .index import PageIndex
 from .order import OrderSpec
 
-__all__ = ["FIXED", "check_resume", "file_identity", "resume_fingerprint"]
+__all__ = ["FIXED", "check_resume", "content_identity", "file_identity", "resume_fingerprint"]
 
 #: Largest epoch a state may name (epochs key 64-bit hashes).
 MAX_EPOCH = 2**62
 
 #: Fingerprint fields a mid-epoch resume must keep, with the words that name them.
 FIXED = {
+    "content": "file",
     "file": "file",
     "indices": "indices",
     "order": "order",
@@ -46,6 +55,44 @@ def file_identity(reader: PairReader) -> str:
     return f"size:{reader.file_size},header:{header}"
 
 
+#: What :func:`content_identity` reads of the data pages: this many evenly spaced pieces
+#: of this many bytes.
+_PIECES, _PIECE_BYTES = 64, 4096
+_READ = 8 << 20
+
+
+def _hash_range(f: BinaryIO, h: hashlib.blake2b, start: int, end: int) -> None:
+    f.seek(start)
+    while start < end:
+        data = f.read(min(_READ, end - start))
+        if not data:
+            return
+        h.update(data)
+        start += len(data)
+
+
+def content_identity(reader: PairReader) -> str:
+    """A digest of the file's own bytes, whatever its sidecar: the header, field table
+    and metadata, the allocation table, and 64 pieces of 4 KiB spread evenly over the
+    data pages (two files of the same shape and count share every table; their images
+    differ). It tells one file from another, not an intact file from a corrupt one
+    (that is ``verify``'s job), and reads the tables plus 256 KiB."""
+    h = hashlib.blake2b(digest_size=16)
+    start, end = reader.metadata_end, int(reader.header["alloc_table_ptr"])
+    with open(reader.path, "rb") as f:
+        _hash_range(f, h, 0, start)
+        _hash_range(f, h, end, int(reader.file_size))
+        span = end - start
+        if span <= _PIECES * _PIECE_BYTES:
+            _hash_range(f, h, start, end)
+        else:
+            step = (span - _PIECE_BYTES) // (_PIECES - 1)
+            for k in range(_PIECES):
+                at = start + k * step
+                _hash_range(f, h, at, at + _PIECE_BYTES)
+    return f"blake2b:{h.hexdigest()}"
+
+
 def _indices_identity(index: PageIndex, num_samples: int) -> str:
     if index.num_samples == num_samples:  # ids are unique and in range: all of them
         return "all"
@@ -54,8 +101,10 @@ def _indices_identity(index: PageIndex, num_samples: int) -> str:
 
 
 def resume_fingerprint(reader: PairReader, index: PageIndex, spec: OrderSpec) -> dict[str, Any]:
-    """What the epoch's order depends on: the fixed fields and this world's settings."""
+    """What the epoch's order depends on: the fixed fields and this world's settings.
+    Reads the file's tables (:func:`content_identity`): call it when a state is needed."""
     return {
+        "content": content_identity(reader),
         "file": file_identity(reader),
         "indices": _indices_identity(index, reader.num_samples),
         "order": spec.kind,
@@ -68,11 +117,28 @@ def resume_fingerprint(reader: PairReader, index: PageIndex, spec: OrderSpec) ->
     }
 
 
-def check_resume(state: dict[str, Any], fingerprint: dict[str, Any]) -> list[Segment]:
+def _compared(state: dict[str, Any], fingerprint: dict[str, Any], where: str) -> list[str]:
+    """The FIXED keys to compare (see the module docstring for the file's two)."""
+    sidecars = [str(x).startswith("sha256:") for x in (state.get("file"), fingerprint["file"])]
+    if "content" in state:
+        return [k for k in FIXED if k != "file" or all(sidecars)]
+    if sidecars[0]:
+        return [k for k in FIXED if k != "content"]
+    raise ValueError(
+        f"{where}: cannot resume epoch {state['epoch']} mid-way (batch "
+        f"{state['batches_consumed']}): the state comes from an older ffcv-pairs and its "
+        f"file had no sidecar, so it names the file only by size and header "
+        f"({state.get('file')!r}), which another file of the same shape and count shares; "
+        f"resume from an end-of-epoch checkpoint"
+    )
+
+
+def check_resume(state: dict[str, Any], fingerprint: dict[str, Any], where: str) -> list[Segment]:
     """The segments of ``state['epoch']`` run so far, once ``state`` is checked.
 
     Empty at an epoch boundary, where nothing but the epoch number carries over
-    (the next epoch is simply dealt to the new world).
+    (the next epoch is simply dealt to the new world). ``where`` (the file) starts
+    the message of a refused resume.
 
     Raises:
         ValueError: a field that may not change did (named), or a malformed state.
@@ -107,12 +173,12 @@ def check_resume(state: dict[str, Any], fingerprint: dict[str, Any]) -> list[Seg
         )
     if not any(s.batches for s in segments):
         return []
-    for key, words in FIXED.items():
-        old, new = state.get(key), fingerprint[key]
+    for key in _compared(state, fingerprint, where):
+        old, new, words = state.get(key), fingerprint[key], FIXED[key]
         named = words if words == key else f"{words} ({key})"
         if old != new:
             raise ValueError(
-                f"cannot resume epoch {state['epoch']} mid-way (batch "
+                f"{where}: cannot resume epoch {state['epoch']} mid-way (batch "
                 f"{state['batches_consumed']}): the {named} differs (checkpoint {old!r}, "
                 f"this loader {new!r}). A mid-epoch resume may change the world size and the "
                 f"per-device batch size, not the file, indices, order, window or seed; use the "

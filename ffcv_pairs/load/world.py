@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numba
 import torch
 
 __all__ = ["default_num_threads", "local_ranks", "resolve_world"]
@@ -42,5 +43,7 @@ def local_ranks(world_size: int) -> int:
 
 
 def default_num_threads(ranks_on_node: int) -> int:
-    """The node's cores split across its local ranks."""
-    return max(1, len(os.sched_getaffinity(0)) // max(1, ranks_on_node))
+    """The node's cores split across its local ranks, at most numba's limit
+    (``NUMBA_NUM_THREADS``: numba refuses more threads than its pool holds)."""
+    most = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    return max(1, min(most, len(os.sched_getaffinity(0)) // max(1, ranks_on_node)))

@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from .._checks import integer, number, one_of, optional, sequence_of
+from .._checks import integer, number, one_of, optional, sequence_of, shown
 from ..format.layout import MAX_PAGE_SIZE, MIN_PAGE_SIZE
+from ..format.quantization import check_range
 from ..format.schema import Jpeg, PairSchema, Quantization
 
 __all__ = [
@@ -79,7 +80,8 @@ def check_store_dtype(name: str, value: Any) -> StoreDtype | None:
 def check_quantize(
     name: str, value: Any, range_name: str, value_range: Any, store_dtype: str | None
 ) -> Quantization | None:
-    """None, or ``"uint8"`` with a range ``(lo, hi)`` of finite numbers, ``lo < hi``, and no
+    """None, or ``"uint8"`` with a range ``(lo, hi)`` of finite numbers, ``lo < hi``, that
+    float32 resolves (see :class:`~ffcv_pairs.format.quantization.Quantization`), and no
     store dtype (a quantization is the store dtype)."""
     kind = optional(one_of)(name, value, ["uint8"])
     if kind is None:
@@ -91,12 +93,12 @@ def check_quantize(
     if store_dtype is not None:
         raise ValueError(f"{name} uint8 and store dtype {store_dtype!r}: choose one")
     lo, hi = sequence_of(range_name, value_range, number, length=2)
-    try:
-        return Quantization(lo, hi)
-    except ValueError:
+    if not lo < hi:
         raise ValueError(
-            f"{range_name} must be two finite numbers LO < HI, got {value_range!r}"
-        ) from None
+            f"{range_name} must be two finite numbers LO < HI, got {shown(value_range)}"
+        )
+    check_range(lo, hi, range_name)
+    return Quantization(lo, hi)
 
 
 def check_codec(name: str, value: Any, quality_name: str, quality: Any) -> dict[str, Jpeg]:
@@ -109,11 +111,18 @@ def check_codec(name: str, value: Any, quality_name: str, quality: Any) -> dict[
         chosen = dict.fromkeys(fields, kind or "raw")
     else:
         if isinstance(value, str):
-            try:
-                value = dict(part.split("=") for part in value.split(","))
-            except ValueError:
+            given = [part.split("=") for part in value.split(",")]
+            if any(len(part) != 2 for part in given):
                 wanted = "raw, jpeg or A=jpeg,B=raw"
-                raise ValueError(f"{name} must be {wanted}, got {value!r}") from None
+                raise ValueError(f"{name} must be {wanted}, got {value!r}")
+            named = [field for field, _ in given]
+            twice = sorted({field for field in named if named.count(field) > 1})
+            if twice:
+                raise ValueError(
+                    f"{name} {value}: gives {' and '.join(twice)} more than once; give each "
+                    f"field once"
+                )
+            value = dict(given)
         if not isinstance(value, dict) or not set(value) <= set(fields):
             raise ValueError(
                 f"{name} per field must map {' and/or '.join(fields)} to raw or jpeg, got {value!r}"
@@ -148,7 +157,8 @@ def check_out_path(name: str, value: Any) -> Path:
 
     Raises:
         TypeError: not a path (bytes are refused too). ValueError: empty, holding a NUL
-            byte, naming no file (``"."``, ``"/"``) or an existing directory.
+            byte, naming no file (``"."``, ``"/"``) or an existing directory, or inside
+            a file (its nearest existing parent is not a directory).
     """
     text = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(text, str):
@@ -160,4 +170,7 @@ def check_out_path(name: str, value: Any) -> Path:
         raise ValueError(f"{name} must name a file, got {text!r}")
     if path.is_dir():
         raise ValueError(f"{name} must name a file, got {text!r}, which is a directory")
+    folder = next((p for p in path.parents if p.exists()), None)
+    if folder is not None and not folder.is_dir():
+        raise ValueError(f"{name} {text!r}: {folder} is a file, not a directory")
     return path

@@ -6,21 +6,25 @@ zip entry per tensor storage plus a fixed set of records. Batch 0 is loaded (the
 writer needs sample 0 anyway) and its zip directory tells the number of records
 and of storages per item; the length of every other file then follows from the
 entry count in its zip end record, read from the last bytes of the file. A file
-where that does not divide evenly (or the legacy non-zip format) is loaded with
-``torch.load(mmap=True)``, which reads no tensor data. The writer's workers load
-every file in full anyway and check its length; a file whose items are stored
-differently is refused there, by name.
+where that does not divide evenly, or counts no item at all (the legacy non-zip
+format; items with no tensor storage, such as numpy arrays, which live in the pickle
+alone) is loaded with ``torch.load(mmap=True)``, which reads no tensor data, and what
+it holds is its length (or it is refused, by name). The writer's workers load every
+other file in full anyway and check its length; a file whose items are stored
+differently is refused there, by name. So no file is counted empty unless it is.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._fileio import read_regular
 from .discover import SplitFiles, scan
 from .ptfile import read_zip_entries, zip_entry_count
 from .sources import PairSource, SourceError, load_pt
@@ -32,7 +36,10 @@ _SAMPLED = 8  # batch files whose sizes and mtimes go into the fingerprint
 
 
 def _entry_count(path: str) -> int | None:
-    """Entries in the zip archive at ``path``, touching only its end; None if not a zip."""
+    """Entries in the zip archive at ``path``, touching only its end; None if not a zip
+    (or not a regular file: :func:`~ffcv_pairs.write.sources.load_pt` refuses it)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return None
     with open(path, "rb") as f:
         if f.read(4) != b"PK\x03\x04":
             return None
@@ -75,8 +82,7 @@ class BatchedSource(PairSource):
         self._cached = (0, first)
         lengths = np.empty(k, dtype=np.int64)
         lengths[0] = len(first)
-        with open(self.path(0), "rb") as f:
-            buf = f.read()
+        buf = read_regular(self.path(0))
         try:
             entries = read_zip_entries(buf, self.path(0)) if buf[:4] == b"PK\x03\x04" else None
         except ValueError:
@@ -89,9 +95,9 @@ class BatchedSource(PairSource):
         for b in range(1, k):
             count = _entry_count(self.path(b)) if per_item else None
             rest = -1 if count is None else count - fixed
-            if rest >= 0 and rest % per_item == 0:
+            if rest > 0 and rest % per_item == 0:  # checked by read_file when it is read
                 lengths[b] = rest // per_item
-            else:
+            else:  # counted empty: a pack with no item is never read, so never checked
                 lengths[b] = len(self._load(b, mmap_only=True))
         return lengths
 

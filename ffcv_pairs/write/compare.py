@@ -51,14 +51,23 @@ def compare_with_source(
     seed: int = 0,
     store_dtype: str | None = None,
     shuffle_seed: int | None = None,
+    source_count: int | None = None,
 ) -> Mismatch | None:
-    """Compare ``samples`` random samples (all when None) with ``source``, bit-exactly.
+    """Compare ``source``'s length, then ``samples`` random samples (all when None) with
+    ``source``, bit-exactly.
 
     ``shuffle_seed`` (from the sidecar) maps each position of the file to its source
-    index through :class:`~ffcv_pairs.write.shuffle.Permutation`.
+    index through :class:`~ffcv_pairs.write.shuffle.Permutation`. ``source_count`` (from
+    the sidecar) is how many samples the source held when the file was written, more
+    than the file's under ``--limit``; None: as many as the file holds.
     """
     n = reader.num_samples
-    if len(source) < n:
+    if source_count is not None and len(source) != source_count:
+        return Mismatch(
+            f"source has {len(source)} samples, but the file was written from "
+            f"{source_count} (its sidecar says)"
+        )
+    if len(source) < n or (source_count is None and len(source) != n):
         return Mismatch(f"source has {len(source)} samples, the file {n}")
     ids = (
         np.arange(n)

@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 
 from ..format.schema import SUPPORTED_DTYPES, ArraySpec, Jpeg, PairSchema, Quantization
-from .sources import PairSource, SourceError, cast_to_store, quantize_floats, to_array, to_label
+from .sources import (
+    INT64_MAX,
+    PairSource,
+    SourceError,
+    cast_to_store,
+    quantize_floats,
+    to_array,
+    to_label,
+)
 
 __all__ = ["Converter"]
 
@@ -79,5 +87,7 @@ class Converter:
     def label(value: Any, src: PairSource, i: int) -> int:
         fast = type(value) is np.ndarray and value.dtype.kind in "iu" and value.size == 1
         if fast and value.ndim <= 1:
-            return int(value.reshape(()))
+            label = int(value.reshape(()))
+            if label <= INT64_MAX:  # a uint64 may not be: to_label refuses it by name
+                return label
         return to_label(value, src.where(i, PairSchema.LABEL_FIELD))

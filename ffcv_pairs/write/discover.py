@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._fileio import NotRegularFileError, regular_size
 from .sources import SourceError
 
 __all__ = ["PER_SAMPLE_KINDS", "FileFamily", "SplitFiles", "scan"]
@@ -191,15 +192,28 @@ class SplitFiles:
         return n
 
 
+def _not_regular(path: str) -> SourceError:
+    """The error for a matching name that is not a regular file (a FIFO, a device, ...)."""
+    try:
+        regular_size(path)
+    except NotRegularFileError as e:
+        return SourceError(str(e))
+    except OSError as e:
+        return SourceError(f"{path}: cannot be read ({e.strerror}; a broken symlink?)")
+    return SourceError(f"{path}: was not a regular file when the directory was scanned")
+
+
 def scan(
     root: str | os.PathLike[str], splits: list[str] | tuple[str, ...]
 ) -> dict[str, SplitFiles]:
     """One ``os.scandir`` pass over ``root`` for every split in ``splits``.
 
     Raises:
-        SourceError: ``root`` is not a directory, or a name has an index of more than
-            18 digits. Inconsistent zero-padding is found by
-            :meth:`SplitFiles.complete_count`, once every name is in.
+        SourceError: ``root`` is not a directory, a name has an index of more than
+            18 digits, or a matching name is not a regular file (a FIFO, a device, a
+            broken symlink; a symlink to a regular file is fine). Inconsistent
+            zero-padding is found by :meth:`SplitFiles.complete_count`, once every name
+            is in.
     """
     root = Path(root)
     if not root.is_dir():
@@ -215,6 +229,8 @@ def scan(
             m = pattern.match(entry.name)
             if m is None:
                 continue
+            if not entry.is_file():  # d_type alone, but a symlink is followed (stat)
+                raise _not_regular(entry.path)
             split, kind, digits = m.groups()
             families = found[split].kinds
             fam = families.get(kind)

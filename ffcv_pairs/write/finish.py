@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._fileio import pread_exact, pwrite_all
 from ..format.layout import BetonLayout, PackedLayout
 from ..format.sidecar import Manifest, block_digest, manifest_path, root_digest
 from ..format.stats import field_stats_kinds, hash_stats, stats_header, stats_path, stats_size
@@ -111,15 +112,16 @@ def finish_file(
     for start in range(0, layout.num_samples, _ALLOC_CHUNK):
         stop = min(layout.num_samples, start + _ALLOC_CHUNK)
         rows = layout.alloc_rows(start, stop)
-        os.pwrite(fd, rows.tobytes(), layout.alloc_table_ptr + 2 * start * rows.itemsize)
+        pwrite_all(fd, rows, layout.alloc_table_ptr + 2 * start * rows.itemsize)
     os.fsync(fd)
-    os.pwrite(fd, layout.header().tobytes(), 0)
+    pwrite_all(fd, layout.header(), 0)
     os.fsync(fd)
     hook("finish")
     ps = layout.page_size
     blocks: PageDigests = {}
     for b in _table_blocks(layout):
-        d = block_digest(os.pread(fd, ps, b * ps))
+        size = min(ps, layout.file_size - b * ps)  # the last block ends with the file
+        d = block_digest(pread_exact(fd, size, b * ps, str(files.partial)))
         blocks[b] = (d.crc32, d.sha256)
     first_page = layout.data_start // ps
     blocks |= {first_page + p: d for p, d in pages.items()}
@@ -128,7 +130,7 @@ def finish_file(
     manifest.block_crc32 = Manifest.encode_crcs([blocks[b][0] for b in order])
     manifest.root_sha256 = root_digest(blocks[b][1] for b in order)
     if stats_fd is not None and manifest.stats is not None:
-        os.pwrite(stats_fd, stats_header(manifest.root_sha256, layout.num_samples), 0)
+        pwrite_all(stats_fd, stats_header(manifest.root_sha256, layout.num_samples), 0)
         os.fsync(stats_fd)
         manifest.stats["sha256"] = hash_stats(files.stats_partial)
     else:

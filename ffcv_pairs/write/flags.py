@@ -38,7 +38,30 @@ WRITE_KEYS = (
 def _directory(name: str, value: Any) -> Path:
     if not isinstance(value, str | os.PathLike):
         raise TypeError(f"{name} must be a directory, got {value!r} ({type(value).__name__})")
-    return Path(value)
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{name} {path}: is a file, not a directory")
+    return path
+
+
+def _read_config(path: Path) -> Any:
+    """The YAML in ``path``; a missing file or bad YAML is one line naming the file (and
+    the line and column of the mistake)."""
+    import yaml
+
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ValueError(f"--config {path}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"--config {path}: cannot read it ({e.strerror or e})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else f"{path}"
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ValueError(f"{where}: not valid YAML: {problem}") from None
 
 
 def _splits(name: str, value: Any) -> list[str]:
@@ -85,11 +108,9 @@ def _write_option(key: str, name: str, value: Any) -> Any:
 def merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
     """Command-line flags over ``--config`` over defaults; each checked, naming its flag
     or the config file."""
-    import yaml
-
     file: dict[str, object] = {}
     if args.config is not None:
-        loaded = yaml.safe_load(args.config.read_text()) or {}
+        loaded = _read_config(args.config) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{args.config}: expected a mapping of write options")
         if "layout" in loaded:  # the old name of source_kind

@@ -24,6 +24,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from .._fileio import pread_exact, pwrite_all
 from .sources import SourceError
 
 __all__ = ["JOURNAL_FORMAT", "Journal", "journal_path", "what_changed"]
@@ -104,7 +105,7 @@ class Journal:
         A torn or corrupt tail is dropped (and cut off, so new records follow good ones).
         """
         size = os.fstat(self.fd).st_size
-        data = os.pread(self.fd, size, 0)
+        data = pread_exact(self.fd, size, 0, str(self.path))
         if not data.startswith(_MAGIC) or b"\n" not in data[len(_MAGIC) :]:
             return None, {}
         line_end = data.index(b"\n", len(_MAGIC)) + 1
@@ -131,7 +132,7 @@ class Journal:
         """Empty the journal and write ``fingerprint``, durably."""
         head = _MAGIC + json.dumps(fingerprint, sort_keys=True).encode() + b"\n"
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, head, 0)
+        pwrite_all(self.fd, head, 0)
         os.fsync(self.fd)
         self._end = len(head)
 
@@ -144,7 +145,7 @@ class Journal:
         for page, crc, sha in records:
             body = _RECORD.pack(page, crc, sha)
             chunk += body + _CHECK.pack(zlib.crc32(body))
-        os.pwrite(self.fd, chunk, self._end)
+        pwrite_all(self.fd, chunk, self._end)
         os.fsync(self.fd)
         self._end += len(chunk)
 

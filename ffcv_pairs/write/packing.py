@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._fileio import pread_into, pwrite_all
 from ..format.layout import PackedLayout
 from ..format.schema import ArraySpec, PairSchema
 from ..format.sidecar import block_digest
@@ -37,7 +38,7 @@ from .journal import PageDigests
 from .pool import run_tasks
 from .shuffle import Permutation
 from .sources import PairSource, SourceError
-from .tasks import pwrite_all, worker_torch_threads
+from .tasks import worker_torch_threads
 from .testhook import hook
 
 __all__ = ["PackedConversion", "page_trailer_size"]
@@ -232,12 +233,12 @@ class PackedConversion(Conversion):
         layout, ps, start = self.layout, self.layout.page_size, self.layout.data_start
         kept: PageDigests = {}
         nxt = 0
+        buf = bytearray(ps if 0 in done else 0)
         while len(kept) in done:
             page = len(kept)
-            buf = os.pread(fd, ps, start + page * ps)
-            if len(buf) < ps or buf[-4:] != _MAGIC:
+            if pread_into(fd, buf, start + page * ps) < ps or buf[-4:] != _MAGIC:
                 break
-            if block_digest(buf).crc32 != done[page][0]:
+            if block_digest(memoryview(buf)).crc32 != done[page][0]:
                 break
             first, k, _ = _TAIL.unpack_from(buf, ps - _TAIL.size)
             if first != nxt or k < 1 or first + k > layout.num_samples:

@@ -54,8 +54,10 @@ def stage_bytes(template: PtTemplate, k: int) -> int:
 
 
 def _read_into(path: str, row: memoryview) -> int:
+    # O_NONBLOCK: a FIFO opens at once (with no writer, it reads nothing), a device fills
+    # the row; the file goes to the one-file path, which refuses what is not a regular file.
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return -1
     try:

@@ -24,7 +24,6 @@ entries, the legacy non-zip format, a damaged archive) goes to ``torch.load``.
 from __future__ import annotations
 
 import io
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._fileio import read_regular
 from .ptskeleton import Skeleton, learn_skeleton, skeleton_key
 
 __all__ = [
@@ -160,7 +160,6 @@ class PtTemplate:
         fallback_reads: files read by ``torch.load`` so far.
         skeletons: per :func:`~ffcv_pairs.write.ptskeleton.skeleton_key`, what files
             that passed the full check repeat (later files of that key skip the parse).
-        size_hint: the largest file read so far (one ``read()`` call fetches that).
     """
 
     dtype: np.dtype[Any]
@@ -173,7 +172,6 @@ class PtTemplate:
     fast_reads: int = 0
     fallback_reads: int = 0
     skeletons: dict[tuple[int, bytes], Skeleton] = field(default_factory=dict)
-    size_hint: int = 1 << 16
 
 
 def _by_suffix(entries: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]] | None:
@@ -199,6 +197,8 @@ def _torch_load(buf: bytes, where: str) -> torch.Tensor:
         ) from None
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"{where}: expected one tensor, got {type(value).__name__}")
+    if value.layout != torch.strided:  # sparse: to_array (after torch.load) names it
+        raise ValueError(f"{where}: expected a dense tensor, got {value.layout}")
     if value.dtype == torch.bfloat16:
         raise ValueError(f"{where}: bfloat16 tensors are not supported; convert to float32")
     return value
@@ -208,28 +208,6 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     arr = t.detach().resolve_conj().resolve_neg().numpy()
     # np.ascontiguousarray would turn a 0-d label into shape (1,)
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
-
-
-def _read(path: str | Path) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _read_hinted(path: str | Path, template: PtTemplate) -> bytes:
-    """The whole file in one ``read()`` when it is no larger than the largest so far."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        buf = os.read(fd, template.size_hint + 1)
-        if len(buf) <= template.size_hint:
-            return buf
-        parts = [buf]
-        while chunk := os.read(fd, 1 << 20):
-            parts.append(chunk)
-        buf = b"".join(parts)
-        template.size_hint = len(buf)
-        return buf
-    finally:
-        os.close(fd)
 
 
 def _fast(buf: bytes, template: PtTemplate, where: str) -> np.ndarray | None:
@@ -304,7 +282,7 @@ def learn_template(path: str | Path) -> PtTemplate:
         ValueError: the file is unreadable, holds no single tensor, or holds bfloat16.
     """
     where = str(path)
-    buf = _read(path)
+    buf = read_regular(path)
     t = _torch_load(buf, where)
     arr = _numpy(t)
     dtype = arr.dtype.newbyteorder("<")
@@ -337,16 +315,17 @@ def learn_template(path: str | Path) -> PtTemplate:
 def read_tensor(path: str | Path, template: PtTemplate) -> np.ndarray:
     """The tensor in ``path``, bit-identical to ``torch.load(path, weights_only=True)``.
 
-    One ``read()`` of the file; if its records match ``template`` the result is a
-    read-only view of the file's bytes, otherwise the file goes through ``torch.load``
-    (and the result is writable). Counts the read in ``template``.
+    One ``pread`` of the file (a regular file only, and no more than its size: see
+    :func:`~ffcv_pairs._fileio.read_regular`); if its records match ``template`` the
+    result is a read-only view of the file's bytes, otherwise the file goes through
+    ``torch.load`` (and the result is writable). Counts the read in ``template``.
 
     Raises:
-        ValueError: naming the file, when ``torch.load`` cannot read it or it holds
-            something else than one tensor.
+        ValueError: naming the file, when ``torch.load`` cannot read it, it holds
+            something else than one tensor, or it is not a regular file.
     """
     where = str(path)
-    buf = _read_hinted(path, template)
+    buf = read_regular(path)
     arr = _fast(buf, template, where) if not template.reason else None
     if arr is not None:
         template.fast_reads += 1

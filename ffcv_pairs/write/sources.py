@@ -9,6 +9,7 @@ value can be reported by name. The two kinds of ``.pt`` source on disk live in
 
 from __future__ import annotations
 
+import re
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -17,24 +18,36 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._checks import integer
+from .._checks import integer, shown
+from .._fileio import NotRegularFileError, regular_size
 from ..errors import FfcvPairsError
 
 if TYPE_CHECKING:
     from ..format.schema import ArraySpec, Quantization
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "ArraySource",
     "IndexedSource",
     "PairSource",
     "SourceError",
     "as_source",
     "cast_to_store",
+    "int64_labels",
     "load_pt",
     "quantize_floats",
     "to_array",
     "to_label",
 ]
+
+
+#: The labels a file can store (its label field is int64).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: How torch.load(weights_only=True) names the first global it refuses to unpickle.
+_REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+_UNPICKLER = re.compile(r"WeightsUnpickler error: ([^\n]*)")
 
 
 class SourceError(FfcvPairsError, ValueError):
@@ -46,12 +59,34 @@ def load_pt(path: str | Path, mmap: bool = False) -> Any:
     import torch
 
     try:
+        regular_size(path)  # before torch opens it: a FIFO would block, a device never end
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise SourceError(f"{path}: file not found") from None
+    except NotRegularFileError as e:
+        raise SourceError(str(e)) from None
     except Exception as e:  # torch raises many types for corrupt/unsupported files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise SourceError(f"{path}: cannot load .pt file ({type(e).__name__}: {first})") from None
+        raise SourceError(f"{path}: {_load_failure(e)}") from None
+
+
+def _load_failure(error: Exception) -> str:
+    """What a failed ``torch.load(weights_only=True)`` means, in one line without the ANSI
+    codes torch puts in its messages: for a pickled object that is not a tensor (a numpy
+    array, say), which type it holds."""
+    text = _ANSI.sub("", str(error)).strip()
+    refused = _REFUSED_GLOBAL.search(text)
+    if refused is not None:
+        name = refused.group(1)
+        if name.endswith("multiarray._reconstruct") or name == "numpy.ndarray":
+            held, fix = "a numpy array (numpy.ndarray)", "save torch.from_numpy(array) instead"
+        elif name.endswith("multiarray.scalar"):
+            held, fix = "a numpy scalar", "save torch.tensor(value) instead"
+        else:
+            held, fix = f"a pickled {name}", "save a torch tensor instead"
+        return f"holds {held}, not a torch tensor; torch.load(weights_only=True) refuses it ({fix})"
+    unpickler = _UNPICKLER.search(text)  # torch's first lines are advice, not the cause
+    first = unpickler.group(1) if unpickler else (text.splitlines() or [""])[0]
+    return f"cannot load .pt file ({type(error).__name__}: {first.strip()})"
 
 
 def to_array(value: Any, where: str) -> np.ndarray:
@@ -59,6 +94,11 @@ def to_array(value: Any, where: str) -> np.ndarray:
     import torch
 
     if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            raise SourceError(
+                f"{where}: holds a sparse tensor ({str(value.layout).removeprefix('torch.')}); "
+                f"save a dense one (tensor.to_dense())"
+            )
         if value.dtype == torch.bfloat16:
             raise SourceError(f"{where}: bfloat16 tensors are not supported; convert to float32")
         return np.ascontiguousarray(value.detach().cpu().numpy())
@@ -74,7 +114,7 @@ def to_label(value: Any, where: str) -> int:
     if isinstance(value, bool):
         raise SourceError(f"{where}: label must be an integer scalar, got bool {value}")
     if isinstance(value, int | np.integer):
-        return int(value)
+        return _in_int64(int(value), where)
     if isinstance(value, torch.Tensor | np.ndarray):
         arr = to_array(value, where)
         shape = tuple(value.shape)  # to_array makes a 0-d value 1-d
@@ -82,8 +122,33 @@ def to_label(value: Any, where: str) -> int:
             raise SourceError(
                 f"{where}: label must be an integer scalar, got {arr.dtype} of shape {shape}"
             )
-        return int(arr.reshape(()))
+        return _in_int64(int(arr.reshape(())), where)
     raise SourceError(f"{where}: label must be an integer scalar, got {type(value).__name__}")
+
+
+def _outside_int64(value: int, where: str) -> SourceError:
+    return SourceError(
+        f"{where}: label {value} is outside the int64 range of stored labels "
+        f"({INT64_MIN} to {INT64_MAX})"
+    )
+
+
+def _in_int64(value: int, where: str) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise _outside_int64(value, where)
+    return value
+
+
+def int64_labels(labels: Any, where: str, first: int = 0) -> np.ndarray:
+    """Integer ``labels`` (1-d) as int64, refusing one that int64 does not hold (a uint64
+    of ``2**63`` or more) by ``where[first + its index]`` and its value."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind == "u" and labels.dtype.itemsize >= 8:
+        over = np.flatnonzero(labels > INT64_MAX)
+        if len(over):
+            i = int(over[0])
+            raise _outside_int64(int(labels[i]), f"{where}[{first + i}]")
+    return labels.astype(np.int64)
 
 
 def cast_to_store(arr: np.ndarray, store: str | None, where: str) -> np.ndarray:
@@ -104,7 +169,7 @@ def cast_to_store(arr: np.ndarray, store: str | None, where: str) -> np.ndarray:
     if not ok.all():
         bad = np.unravel_index(int(np.argmin(ok)), arr.shape)
         raise SourceError(
-            f"{where}: value {arr[bad]!r} at index {tuple(int(x) for x in bad)} would change "
+            f"{where}: value {shown(arr[bad])} at index {tuple(int(x) for x in bad)} would change "
             f"when stored as {store}; refusing (drop --store-dtype, or fix the data)"
         )
     return out
@@ -239,7 +304,8 @@ class ArraySource(PairSource):
                 f"{name}.labels: must be a 1-d integer array, got {labels.dtype} "
                 f"of shape {labels.shape}"
             )
-        self.a, self.b, self.labels, self.name = a, b, labels.astype(np.int64), name
+        self.a, self.b, self.name = a, b, name
+        self.labels = int64_labels(labels, f"{name}.labels")
 
     def __len__(self) -> int:
         return len(self.a)

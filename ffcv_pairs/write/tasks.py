@@ -31,10 +31,11 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
+from .._fileio import pwrite_all
 from ..format.layout import BetonLayout
 from ..format.schema import PairSchema
 from ..format.sidecar import block_digest
@@ -44,13 +45,12 @@ from .activity import Board, Step
 from .batched import BatchedSource
 from .convert import Converter
 from .shuffle import Permutation
-from .sources import PairSource
+from .sources import PairSource, int64_labels
 from .testhook import hook
 
 __all__ = [
     "Job",
     "TaskResult",
-    "pwrite_all",
     "run_task",
     "set_job",
     "stats_kinds",
@@ -184,17 +184,6 @@ def worker_init() -> None:
             job.board.claim()
 
 
-def pwrite_all(fd: int, data: Any, offset: int) -> None:
-    """``os.pwrite`` of every byte: a short write goes on from where it stopped, so that a
-    full disk raises its ``OSError`` (``ENOSPC``) instead of a count."""
-    view = memoryview(data).cast("c")  # bytes, whatever the buffer's item type
-    while len(view):
-        written = os.pwrite(fd, view, offset)
-        if written <= 0:
-            raise OSError(errno.EIO, f"wrote nothing of {len(view)} bytes at offset {offset}")
-        view, offset = view[written:], offset + written
-
-
 def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
     """Assemble data page ``page`` into ``buf``; returns the labels of its samples."""
     layout, conv, src = job.layout, job.converter, job.source
@@ -212,7 +201,7 @@ def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
         conv.check(b, schema.b, f"{src.describe()}.{b_name}", batched=True)
         slots[:, :na] = a.reshape(k, -1).view(np.uint8)
         slots[:, na:] = b.reshape(k, -1).view(np.uint8)
-        labels = np.asarray(block[2], dtype=np.int64)
+        labels = int64_labels(block[2], f"{src.describe()}.{PairSchema.LABEL_FIELD}", start)
     else:
         ids = (
             range(start, stop)

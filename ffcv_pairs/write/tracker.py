@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from .._fileio import pread_exact
 from ..format.layout import BetonLayout
 from ..format.sidecar import block_digest
 from .journal import Journal
@@ -56,7 +57,8 @@ class PageTracker:
             self._add(page, crc, sha)
         for page in self.plan.task_done(index):
             at = self.data_start + page * self.page_size
-            d = block_digest(os.pread(self.fd, self.page_size, at))
+            partial = str(self.journal.path.with_suffix(".partial"))
+            d = block_digest(pread_exact(self.fd, self.page_size, at, partial))
             self._add(page, d.crc32, d.sha256)
         self.reads[0] += result.reads[0]
         self.reads[1] += result.reads[1]

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from .._checks import flag, integer, optional
+from .._fileio import pwrite_all
 from ..format.layout import BetonLayout, PackedLayout
 from .activity import Board, step_words
 from .arguments import (
@@ -92,7 +93,7 @@ class _PageConversion(Conversion):
                 os.ftruncate(tracker.fd, 0)
                 os.ftruncate(tracker.fd, layout.file_size)
             descriptors = layout.descriptors()
-            os.pwrite(tracker.fd, descriptors.tobytes(), layout.metadata_start - descriptors.nbytes)
+            pwrite_all(tracker.fd, descriptors, layout.metadata_start - descriptors.nbytes)
             fsync_dir(files.out)
             t_pages = time.perf_counter()
             self._pages(tracker)
@@ -166,8 +167,10 @@ def write_pairs(
         store_dtype: Store images as ``"uint8"`` or ``"float16"``; refuses a cast
             that would change a value. Default: store the source dtype exactly.
         quantize, quantize_range: ``"uint8"`` and ``(lo, hi)``: store float images of that
-            range as their nearest of 256 levels, at most ``(hi - lo) / 510`` off; values
-            outside it are refused (see :class:`~ffcv_pairs.format.schema.Quantization`).
+            range as their nearest of 256 levels, at most ``(hi - lo) / 510`` off (plus
+            float32's rounding when read back); values outside it, and a range whose step
+            float32 cannot resolve, are refused (see
+            :class:`~ffcv_pairs.format.quantization.Quantization`).
         codec, quality: ``"jpeg"``: store A and B as JPEGs of ``quality`` (1-100, default
             90), lossy, with upstream's encoder (``RGBImageField``); per field:
             ``{A: "jpeg", B: "raw"}``. Only uint8 images of 1 or 3 channels, ``(C, H,

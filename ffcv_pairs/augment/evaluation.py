@@ -1,0 +1,30 @@
+"""The evaluation twin of a training augmentation: the same output, nothing random."""
+
+from __future__ import annotations
+
+from .config import PairAugment
+
+__all__ = ["eval_pipeline"]
+
+
+def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
+    """The deterministic twin of a training ``augment``: its ``crop`` or ``resized_crop``
+    taken from the centre (the same output size), its normalisation and output dtype, and
+    nothing random; None when that leaves nothing to do."""
+    if augment is None:
+        return None
+    plain = augment.out_size is not None and not augment.resizes
+    twin = PairAugment(
+        crop=augment.crop if plain else None,
+        crop_padding=augment.crop_padding if plain else 0,
+        resized_crop=augment.resized_crop,
+        center=augment.out_size is not None,
+        pad_mode=augment.pad_mode,
+        fill=augment.fill,
+        normalize_mean=augment.normalize_mean,
+        normalize_std=augment.normalize_std,
+        out_dtype=augment.out_dtype,
+        channels=augment.channels,
+    )
+    converts = twin.normalize_mean is not None or twin.out_dtype is not None
+    return twin if twin.has_geometry or converts else None

@@ -6,6 +6,7 @@ same)::
     ffcv-pairs write data/pt out --split train --split val --workers 2
     ffcv-pairs inspect out/train.beton --preview 8 --out preview.png
     ffcv-pairs verify out/train.beton --against data/pt --samples 100
+    ffcv-pairs warmup --augment configs/ddp_4gpu.yaml --codec jpeg
     python writers/write_beton.py data/pt out --split train --split val --workers 2
     python writers/write_beton.py --config configs/write.yaml --limit 1000
     python -m ffcv_pairs write data/pt out --split train --source-kind batched --limit 1000
@@ -304,6 +305,43 @@ def _add_verify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for picking samples")
 
 
+def _warmup(args: argparse.Namespace) -> int:
+    from .warmup import augment_from_config, warmup
+
+    augment = augment_from_config(args.augment) if args.augment is not None else None
+    threads = None if args.threads is None else tuple(args.threads)
+    report = warmup(augment, codec=args.codec, shape=args.shape, dtype=args.dtype, threads=threads)
+    print(report.summary())
+    return 0
+
+
+def _shape_arg(text: str) -> tuple[int, ...]:
+    """``3,224,224`` -> ``(3, 224, 224)``; anything else is a one-line argparse error."""
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected sizes like 3,224,224, got {text!r}")
+    return shape
+
+
+def _add_warmup_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--augment",
+        type=Path,
+        help="YAML of augment options (or a training config with a data.augment block)",
+    )
+    p.add_argument("--codec", choices=("jpeg",), help="the files' codec (default: raw arrays)")
+    p.add_argument(
+        "--shape", type=_shape_arg, default=(3, 48, 48), help="one stored image, e.g. 3,224,224"
+    )
+    p.add_argument("--dtype", default="uint8", choices=("uint8", "float16", "float32"))
+    p.add_argument(
+        "--threads", type=int, nargs="+", help="loader thread counts (default: 1 and all cores)"
+    )
+
+
 def write_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``writers/write_beton.py``."""
     p = _Parser(prog="write_beton.py", description="Convert .pt pairs into FFCV .beton files.")
@@ -324,10 +362,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "verify", help="checksums and samples vs the sources", description=_VERIFY_HELP
         )
     )
+    _add_warmup_args(
+        sub.add_parser("warmup", help="compile the kernels a configuration needs, ahead")
+    )
     args = p.parse_args(argv)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "write": _write,
         "inspect": _inspect,
         "verify": _verify,
+        "warmup": _warmup,
     }
     return _guard(lambda: commands[args.command](args))

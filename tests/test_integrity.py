@@ -484,3 +484,27 @@ def test_budget_refuses_with_a_hint(written) -> None:
     out, _ = written
     with pytest.raises(MemoryBudgetError, match=r"max_ram_gb=0\.01.*lower batch_size"):
         make_loader(out, batch_size=8, max_ram_gb=0.01)
+
+
+def test_verify_against_catches_codes_that_mean_nothing_even_if_the_writer_took_the_range(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Issue 43's silent loss: --range=-1e308,1e308 made the step infinite and every code 0,
+    and verify --against, which re-encodes the source with the writer's own encoder, said
+    OK. With the writer's range check switched off (the fix reverted), verify must still
+    FAIL: it checks what the codes stand for from the definition."""
+    from ffcv_pairs.format import quantization
+    from ffcv_pairs.write import arguments
+
+    monkeypatch.setattr(quantization, "check_range", lambda *a, **k: None)
+    monkeypatch.setattr(arguments, "check_range", lambda *a, **k: None)
+    rng = np.random.default_rng(3)
+    a, b = rng.random((6, 3, 4, 4), dtype=np.float32), rng.random((6, 3, 4, 4), dtype=np.float32)
+    src = write_per_sample(tmp_path / "pt", "train", a, b, np.arange(6))
+    assert main(["write", str(src), str(tmp_path / "out"), "--split", "train", "--workers", "1",
+                 "--quantize", "uint8", "--range=-1e308,1e308", "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    beton = tmp_path / "out" / "train.beton"
+    assert main(["verify", str(beton), "--against", str(src), "--samples", "all"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "no finite step" in out, out

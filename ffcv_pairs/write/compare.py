@@ -94,7 +94,28 @@ def compare_with_source(
             if want.tobytes() != stored_bytes(reader, field, sid).tobytes():
                 what = "stored JPEG differs from a fresh encode of" if spec.jpeg else "differs from"
                 return Mismatch(f"{at}: field {field!r} {what} {where}")
+            if quantized is not None and spec.jpeg is None:
+                off = _code_error(want, arr, quantized.lo, quantized.hi)
+                if off is not None:
+                    return Mismatch(f"{at}: field {field!r}: {off} ({where})")
         where = source.where(i, PairSchema.LABEL_FIELD)
         if to_label(raw[2], where) != int(labels[sid]):
             return Mismatch(f"{at}: label {int(labels[sid])} differs from {where}")
+    return None
+
+
+def _code_error(codes: np.ndarray, values: np.ndarray, lo: float, hi: float) -> str | None:
+    """Whether uint8 ``codes`` stand for ``values`` within half a step of ``[lo, hi]``, from
+    the definition (``lo + code * (hi - lo) / 255``, in float64), not from the writer's own
+    encoder: equal codes from a broken encoder (every code 0 under an infinite step) pass the
+    byte comparison, not this one. None when they do; else what is wrong."""
+    step = (float(hi) - float(lo)) / 255.0
+    if not (np.isfinite(step) and step > 0):
+        return f"quantize range [{lo:g}, {hi:g}] has no finite step, so its codes mean nothing"
+    err = np.abs(lo + codes.astype(np.float64) * step - values.astype(np.float64))
+    worst = float(np.nanmax(err)) if err.size else 0.0
+    if np.isnan(err).any() or worst > step / 2 * (1 + 1e-9):
+        return (
+            f"codes stand for values up to {worst:.4g} away, more than half a step ({step / 2:.4g})"
+        )
     return None

@@ -19,6 +19,8 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --larger-than-ram-gib 4 # the same on 4 GiB: a short check
     .venv/bin/python -m bench --jpeg                  # JPEG size, PSNR, speed vs upstream
     .venv/bin/python -m bench --jpeg-larger-than-ram  # raw 1.5x RAM against JPEG (fits)
+    .venv/bin/python -m bench --first-batch           # import + first batch, empty/warm cache
+    .venv/bin/python -m bench --first-batch --first-batch-tree /tmp/before  # + an older tree
     .venv/bin/python -m bench --user-scale 200000     # the user's day, about 20 minutes
     .venv/bin/python -m bench --user-scale-sizes 100000,300000,1000000,3000000  # one source
 
@@ -109,6 +111,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="photos raw at 1.5x RAM (--larger-than-ram-gib: that size) against the same as "
         "JPEG: cold epochs (bench/scale/jpeg_vs_raw.py)",
+    )
+    p.add_argument(
+        "--first-batch",
+        action="store_true",
+        help="only the first-batch report: import, loader and first batch in new interpreters, "
+        "empty and warm kernel caches, against upstream FFCV (bench/tables/first_batch.py); "
+        "with --smoke: the plain row on the caches a user has",
+    )
+    p.add_argument(
+        "--first-batch-tree",
+        type=Path,
+        metavar="PATH",
+        help="with --first-batch: also 'ours (before)' from this source tree (PYTHONPATH=PATH), "
+        "e.g. one unpacked by git archive COMMIT | tar -x -C PATH",
     )
     p.add_argument(
         "--user-scale",
@@ -220,6 +236,27 @@ def _jpeg(args: argparse.Namespace) -> int:
     return 0
 
 
+def _first_batch(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from bench.core.settings import BENCH_DIR
+    from bench.tables.first_batch import check_tree, measure_first_batch
+    from bench.tables.first_batch_report import write_first_batch_report
+
+    rounds = args.rounds or (1 if args.smoke else 3)
+    try:
+        before = None if args.first_batch_tree is None else check_tree(args.first_batch_tree)
+        if rounds < 1:
+            raise ValueError(f"--rounds must be at least 1, got {rounds}")
+    except ValueError as e:
+        sys.stderr.write(f"bench: {e}\n")
+        return 2
+    work = (args.work or BENCH_DIR / ".work") / "first-batch"
+    res = measure_first_batch(work, rounds, before, args.smoke, args.seed or 0)
+    res["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    date = args.date or datetime.date.today().isoformat()
+    sys.stdout.write(f"{write_first_batch_report(res, args.out or BENCH_DIR / 'results', date)}\n")
+    return 0
+
+
 def _user_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     from bench.scale.user_scale import UserScaleConfig, check_user_scale, run_user_scale
 
@@ -265,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         return _big(args)
     if args.jpeg:
         return _jpeg(args)
+    if args.first_batch or args.first_batch_tree:
+        return _first_batch(args, argv)
     try:
         cfg = _config(args)
         keys = _keys(args.only)

@@ -365,3 +365,87 @@ def test_the_jpeg_report_judges_each_target_and_its_pairs_differ_by_a_shift() ->
     assert "- 64x64: 1.20x upstream per image (median): PASS" in text
     assert "- 224x224: 1.10x upstream per image (median): STRADDLES" in text
     assert "- start-up at 3,000,000 JPEG samples: 1.20 s (median): MISS" in text
+
+
+def test_the_first_batch_report_shows_every_column_and_each_failure() -> None:
+    """The first-batch report renders from its JSON: a column per contestant and cache, the
+    median (range) of each cell, a warm run of ours that compiled marked, a failed run counted
+    and listed, the import row."""
+    from bench.tables.first_batch_report import first_batch_lines
+
+    def run(loader_s: float) -> dict:
+        return {"loader_s": loader_s, "compile_cpu_s": 0.5, "wall_s": 2.0, "cpu_s": 1.5}
+
+    contestants = [
+        {"key": "ours", "title": "ours", "tree": "/repo"},
+        {"key": "before", "title": "ours (before)", "tree": "/tmp/before"},
+        {"key": "upstream", "title": "upstream FFCV", "tree": ""},
+    ]
+    plain = {
+        "ours": {
+            "empty": [run(9.0), run(11.0), run(10.0)],
+            "warm": [run(1.5), run(1.5), {**run(30.0), "compile_cpu_s": 29.0}],
+        },
+        "before": {"empty": [run(30.0)] * 3, "warm": [run(2.0)] * 3},
+        "upstream": {"empty": [run(4.0), {"error": "exit 1: KeyError: 'A'"}], "warm": []},
+    }
+    machine = dict.fromkeys(("cpu", "kernel", "python", "torch", "numpy", "numba", "ffcv"), "1")
+    machine |= {"cores": 2, "ram_gib": 8.0, "cuda": False, "ffcv-pairs": "0"}
+    res = {
+        "command": "python -m bench --first-batch",
+        "elapsed_s": 600.0,
+        "pairs": 2048,
+        "batch_size": 64,
+        "rounds": 3,
+        "smoke": False,
+        "file_mb": {"raw": 42.0},
+        "contestants": contestants,
+        "pipelines": [{"key": "plain", "title": "plain decode", "ours": "o", "upstream": "u"}],
+        "runs": {"plain": plain},
+        "imports": {
+            "pass_s": 0.03,
+            "commands": {"ours": "import ffcv_pairs", "upstream": "import ffcv.loader"},
+            "seconds": {"ours": [1.25, 1.5, 1.0], "upstream": [3.75] * 3},
+        },
+        "load": {"start": [1.0, 2.0, 3.0], "end": [4.0, 5.0, 6.0]},
+        "machine": machine,
+    }
+    text = "\n".join(first_batch_lines(res))
+    header = (
+        "| pipeline | ours, empty | ours, warm | ours (before), empty | ours (before), warm | "
+        "upstream FFCV, empty |"
+    )
+    lines = text.splitlines()
+    assert lines.count(header) == 4, "a column per contestant and cache; none for no runs"
+    assert "| plain decode | 10.0 (9.0-11.0) | 1.5 (1.5-30.0), 1 compiled | 30.0 (30.0-30.0) |" in (
+        text
+    )
+    assert "| 2.00 (2.00-2.00) | 4.00, 1 failed |" in text
+    assert "- plain, upstream, empty: exit 1: KeyError: 'A'" in text
+    assert '| ours | `python -c "import ffcv_pairs"` | 1.25 (1.00-1.50) |' in text
+    assert "at the start 1.00, 2.00, 3.00, at the end 4.00, 5.00, 6.00" in text
+    assert text.count("## ") == 9, "four tables, imports, failures, pipelines, how, machine"
+
+
+def test_the_compile_clock_counts_each_threads_outermost_compile_only() -> None:
+    """numba nests the compile of a callee inside its caller's: one outermost interval per
+    thread counts, in every thread."""
+    import threading
+
+    from bench.tables.first_batch_probe import CompileClock
+
+    clock = CompileClock()
+
+    def compile_nested(depth: int) -> None:
+        for _ in range(depth):
+            clock.on_start(None)
+        for _ in range(depth):
+            clock.on_end(None)
+
+    compile_nested(3)
+    compile_nested(1)
+    worker = threading.Thread(target=compile_nested, args=(2,))
+    worker.start()
+    worker.join()
+    assert clock.count == 3
+    assert clock.cpu_s >= 0 and clock.wall_s >= 0

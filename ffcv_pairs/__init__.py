@@ -13,7 +13,7 @@ imports only those above it (``write`` and ``augment`` do not import each other)
     augment/    PairAugment, its image axes, op placement and FFCV ops
     load/       page index, order, memory managers, decoders, epoch thread, loader
     lightning/  PairDataModule, the example model, LoaderMonitor
-    cli, train, demo, inspection: the faces on top
+    cli, warmup, train, demo, inspection: the faces on top
 
 Public names are imported on first use, so writing never imports the loader
 and loading never imports Lightning.

@@ -1,4 +1,4 @@
-"""``python -m ffcv_pairs write|inspect|verify ...``; see :mod:`ffcv_pairs.cli`."""
+"""``python -m ffcv_pairs write|inspect|verify|warmup ...``; see :mod:`ffcv_pairs.cli`."""
 
 import sys
 

@@ -258,3 +258,61 @@ def test_a_first_compile_is_announced_once_and_a_cached_kernel_is_not(tmp_path: 
     assert len(said) == 1, first["stderr"]
     assert "image_stats kernel" in said[0] and str(tmp_path / "cache") in said[0], said
     assert "compiling" not in again["stderr"], again["stderr"]
+
+
+SWITCH = """
+import hashlib, json, sys, time
+from ffcv_pairs import PairAugment, make_loader
+from ffcv_pairs.kernels import stand_in
+
+made = []
+init = stand_in.ParallelSoon.__init__
+stand_in.ParallelSoon.__init__ = lambda self, *a: (init(self, *a), made.append(self))[0]
+loader = make_loader(sys.argv[1], batch_size=16, augment=PairAugment(hflip=0.5, vflip=0.5),
+                     num_threads=2, seed=3)
+epochs, batches = int(sys.argv[2]), []
+deadline = time.monotonic() + 240
+for epoch in range(10_000):
+    for a, b, label in loader:
+        served = dict(made[0].served)
+        batches.append({"digest": hashlib.sha256(a.numpy().tobytes() + b.numpy().tobytes()
+                                                 + label.numpy().tobytes()).hexdigest(),
+                        "served": served})
+    done = epoch + 1 >= epochs if epochs else len(made[0].served) == 2
+    if done or time.monotonic() > deadline:
+        break
+print(json.dumps({"epochs": epoch + 1, "batches": batches}))
+"""
+
+
+def test_batches_before_and_after_the_parallel_kernel_arrives_are_a_warm_runs(
+    tmp_path: Path,
+) -> None:
+    """On an empty cache the first batches come from the serial kernel while the parallel one
+    compiles in the background; then the loader switches. Every batch, before and after the
+    switch, is byte-identical to a warm run's (which uses the parallel kernel throughout)."""
+    from tests.conftest import write_small_beton
+
+    path, _, _ = write_small_beton(tmp_path, n=256, shape=(3, 8, 8))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["FFCV_PAIRS_CACHE_DIR"] = str(tmp_path / "cache")
+
+    def run(epochs: int) -> tuple[dict, str]:
+        out = subprocess.run(
+            [sys.executable, "-c", SWITCH, str(path), str(epochs)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+    cold, said = run(0)  # until both kernels have served
+    kinds = [set(b["served"]) for b in cold["batches"]]  # the kernels that served so far
+    assert kinds[0] == {"decode_pairs_serial"}, kinds[:3]  # the first batch did not wait
+    assert kinds[-1] == {"decode_pairs_serial", "decode_pairs"}, kinds[-1]
+    assert "in the background" in said, said
+    warm, _ = run(cold["epochs"])
+    assert all(set(b["served"]) == {"decode_pairs"} for b in warm["batches"])
+    assert [b["digest"] for b in warm["batches"]] == [b["digest"] for b in cold["batches"]]

@@ -27,6 +27,7 @@ import logging
 import pickle
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,16 @@ from numba.core import caching, config
 from .cache_dir import kernel_cache_dir
 from .twins import VARIANT
 
-__all__ = ["KERNEL_DIR", "PACKAGE_DIR", "SharedCompile", "is_cached", "kernel_sources_digest"]
+__all__ = [
+    "KERNEL_DIR",
+    "PACKAGE_DIR",
+    "SharedCompile",
+    "announce",
+    "cache_folder",
+    "compile_lock",
+    "is_cached",
+    "kernel_sources_digest",
+]
 
 log = logging.getLogger("ffcv_pairs")
 
@@ -225,24 +235,52 @@ def _locked_first_call(kernel: Any, args: tuple) -> Any:
         types = tuple(kernel.typeof_pyval(a) for a in args)
     except Exception:  # an argument numba cannot type: the call raises its own error
         return kernel(*args)
-    folder = getattr(getattr(kernel, "_cache", None), "cache_path", None)
-    if types in kernel.overloads or folder is None:
+    if types in kernel.overloads or cache_folder(kernel) is None:
         return kernel(*args)
-    func = kernel.py_func
-    if not is_cached(kernel, types):
-        seconds = _COMPILE_SECONDS.get(func.__name__, 5)
+    announce(kernel, types)
+    with compile_lock(kernel):
+        return kernel(*args)
+
+
+def cache_folder(kernel: Any) -> str | None:
+    """The folder of ``kernel``'s cached machine code (None: not cached on disk)."""
+    return getattr(getattr(kernel, "_cache", None), "cache_path", None)
+
+
+def announce(kernel: Any, types: tuple, background: bool = False) -> None:
+    """Say once, on one line, that ``kernel`` compiles for ``types`` (unless it is cached):
+    in the foreground (about how long), or in the background while its serial twin serves."""
+    if is_cached(kernel, types):
+        return
+    name, folder = kernel.py_func.__name__, cache_folder(kernel)
+    if background:
         log.warning(
-            "ffcv-pairs: compiling the %s kernel for this machine (first use, about %d s of "
-            "one core); it is cached in %s for later runs (`ffcv-pairs warmup` does this ahead)",
-            func.__name__,
-            seconds,
+            "ffcv-pairs: compiling the parallel %s kernel in the background; batches come from "
+            "its serial twin until it is ready, then it is cached in %s for later runs",
+            name,
             folder,
         )
-    lock = Path(folder) / f"{func.__module__}.{func.__qualname__}.lock"
+        return
+    log.warning(
+        "ffcv-pairs: compiling the %s kernel for this machine (first use, about %d s of one "
+        "core); it is cached in %s for later runs (`ffcv-pairs warmup` does this ahead)",
+        name,
+        _COMPILE_SECONDS.get(name, 5),
+        folder,
+    )
+
+
+@contextlib.contextmanager
+def compile_lock(kernel: Any) -> Iterator[None]:
+    """Hold ``kernel``'s compile lock, a file beside its cached machine code: one process
+    of a node compiles, the others wait and then load it. Where no lock can be had (a
+    read-only folder, a file system without locks), go ahead unlocked."""
+    func = kernel.py_func
+    lock = Path(cache_folder(kernel) or ".") / f"{func.__module__}.{func.__qualname__}.lock"
     with contextlib.ExitStack() as stack:
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)
             fcntl.flock(stack.enter_context(open(lock, "ab")), fcntl.LOCK_EX)
         except OSError:
-            pass  # no lock to be had here (a read-only folder, a file system without locks)
-        return kernel(*args)
+            pass
+        yield

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import numba as nb
 import numpy as np
@@ -55,6 +56,7 @@ from ..kernels.jpeg import (
     unpack_pairs,
     unpack_pairs_serial,
 )
+from ..kernels.stand_in import ParallelSoon, compile_pending
 from .fusing import fused_config, output_array
 
 __all__ = ["JpegPairDecoder", "LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
@@ -148,6 +150,7 @@ class PairDecoder(Operation):
             out_a, out_b = destination
             mm, batch = source(indices, metadata, storage_state)
             run(batch, mm, out_a, out_b)
+            compile_pending()  # parallel kernels served by their serial twins so far
             return out_a, out_b
 
         return decode
@@ -171,19 +174,20 @@ class PairDecoder(Operation):
         fills = np.zeros((2, max(len(fa.fill), len(fb.fill))), dtype=np.uint8)
         fills[0, : len(fa.fill)], fills[1, : len(fb.fill)] = fa.fill, fb.fill
         geo, clock = self.geo, self.clock
-        call = SharedCompile()
         if geo.identity:
             return self._copy_code()
+        serial, parallel = SharedCompile(), ParallelSoon(decode_pairs, decode_pairs_serial)
+        self.kernels = parallel
 
         def run(batch, mm, out_a, out_b):
             # numba's thread count is per thread: this epoch thread's, set from its
             # loader's num_threads (upstream's Compiler.num_threads is process-wide).
-            kernel = decode_pairs if nb.get_num_threads() > 1 else decode_pairs_serial
+            call = parallel if nb.get_num_threads() > 1 else partial(serial, decode_pairs_serial)
             outs = FieldPair(
                 planes_view(out_a, fa.out_planes, fa.out_height),
                 planes_view(out_b, fb.out_planes, fb.out_height),
             )
-            call(kernel, batch, mm, outs, stored_a, stored_b, fills, geo, clock)
+            call(batch, mm, outs, stored_a, stored_b, fills, geo, clock)
 
         return run
 
@@ -202,14 +206,15 @@ class PairDecoder(Operation):
     def _fused_code(self) -> Callable:
         cfg = self.fused
         assert cfg is not None
-        call = SharedCompile()
+        serial, parallel = SharedCompile(), ParallelSoon(fused_pairs, fused_pairs_serial)
+        self.kernels = parallel
 
         def run(batch, mm, out_a, out_b):
             outs = FieldPair(output_array(out_a), output_array(out_b))
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
-            kernel = fused_pairs if threads > 1 else fused_pairs_serial
-            call(kernel, batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops)
+            call = parallel if threads > 1 else partial(serial, fused_pairs_serial)
+            call(batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops)
 
         return run
 
@@ -272,7 +277,9 @@ class JpegPairDecoder(PairDecoder):
         )
         stride, a_bytes = int(forms[:, FORM_BYTES].sum()), np.uint64(forms[0, FORM_BYTES])
         scratch = [np.empty(0, dtype=np.uint8)]  # grown to the largest batch, then reused
-        path, call, geo, clock = self.path, SharedCompile(), self.unpack_geo, self.clock
+        path, geo, clock = self.path, self.unpack_geo, self.clock
+        serial, parallel = SharedCompile(), ParallelSoon(unpack_pairs, unpack_pairs_serial)
+        self.unpack_kernels = parallel
 
         def source(indices, metadata, storage_state):
             mm, batch = _batch_refs(indices, ptr_a, ptr_b, storage_state, shift)
@@ -280,8 +287,8 @@ class JpegPairDecoder(PairDecoder):
             if len(scratch[0]) < n * stride:
                 scratch[0] = np.empty(n * stride, dtype=np.uint8)
             out = scratch[0][: n * stride].reshape(n, stride)
-            kernel = unpack_pairs if nb.get_num_threads() > 1 else unpack_pairs_serial
-            status = call(kernel, batch, mm, sizes, out, forms, geo, clock)
+            call = parallel if nb.get_num_threads() > 1 else partial(serial, unpack_pairs_serial)
+            status = call(batch, mm, sizes, out, forms, geo, clock)
             if status.any():
                 i = int(np.argmax(status != 0))
                 t, sample = int(status[i]) - 1, int(indices[i])

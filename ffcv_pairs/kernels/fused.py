@@ -35,7 +35,7 @@ from .pixels import finish_image as finish
 from .planes import PlaneMove, move_plane
 from .resize import ResizeShape, ResizeWork, new_work, resize_sample
 
-__all__ = ["FusedOps", "fused_pairs", "fused_pairs_serial"]
+__all__ = ["FusedOps", "fused_pairs", "fused_pairs_serial", "resized_pairs", "resized_pairs_serial"]
 
 
 class FusedOps(NamedTuple):
@@ -219,3 +219,60 @@ def fused_pairs_serial(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  #
     works = _works(job)
     for i in range(len(batch.ids)):
         _fused_sample(i, job, works)
+
+
+# A resized crop (and flips or turns) to uint8 with no photometric op, the common training
+# pipeline, is one branch of the fused kernel; these kernels hold only that branch, so they
+# compile in a fraction of the fused kernel's time (which compiles every op, used or not) and
+# give the same bytes.
+@nb.njit(cache=True, nogil=True)
+def _resized_range(job, first, last):  # pragma: no cover - JIT
+    """Samples ``first`` to ``last`` of the batch (see :func:`resized_pairs`)."""
+    batch, geo, clock = job.batch, job.geo, job.ops.clock
+    like = np.empty(0, np.uint8)
+    works = FieldPair(
+        new_work(_resize_shape(job.stored.a, geo), like),
+        new_work(_resize_shape(job.stored.b, geo), like),
+    )
+    for i in range(first, last):
+        sid, row = batch.ids[i], batch.rows[i]
+        place = geometry_params(geo, clock, sid, 0, job.stored.a.height, job.stored.a.width)
+        for t in range(2):
+            start = batch.ptr_a[row] if t == 0 else batch.ptr_b[row]
+            if t == 1 and not geo.paired:
+                stored = job.stored[t]
+                place = geometry_params(geo, clock, sid, 1, stored.height, stored.width)
+            image, denom = _source(job, t, place)
+            rs = _resize_shape(image, geo)
+            resize_sample(job.mm, start, job.outs[t][i], 0, rs, place, works[t], denom)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def resized_pairs(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma: no cover - JIT
+    """:func:`fused_pairs` where the only ops are a resized crop (with flips or turns) to
+    uint8: the same arguments and bytes."""
+    ids, rows, ptr_a, ptr_b = batch.ids, batch.rows, batch.ptr_a, batch.ptr_b
+    out_a, out_b = outs.a, outs.b
+    photometric, kind, norm, table, fills, clock, stats, stats_use, downscale, threads = ops
+    n = len(ids)
+    chunks = max(1, min(n, 4 * threads))
+    for t in nb.prange(chunks):
+        job = _Job(
+            BatchRefs(ids, rows, ptr_a, ptr_b),
+            mm,
+            FieldPair(out_a, out_b),
+            FieldPair(stored_a, stored_b),
+            geo,
+            photo,
+            FusedOps(
+                photometric, kind, norm, table, fills, clock, stats, stats_use, downscale, threads
+            ),
+        )
+        _resized_range(job, t * n // chunks, (t + 1) * n // chunks)
+
+
+@nb.njit(cache=True, nogil=True)
+def resized_pairs_serial(batch, mm, outs, stored_a, stored_b, geo, photo, ops):  # pragma: no cover
+    """:func:`resized_pairs` on one thread."""
+    job = _Job(batch, mm, outs, FieldPair(stored_a, stored_b), geo, photo, ops)
+    _resized_range(job, 0, len(batch.ids))

@@ -41,7 +41,7 @@ from ..kernels.decode import (
     decode_pairs,
     decode_pairs_serial,
 )
-from ..kernels.fused import fused_pairs, fused_pairs_serial
+from ..kernels.fused import fused_pairs, fused_pairs_serial, resized_pairs, resized_pairs_serial
 from ..kernels.geometry import GeometryConfig
 from ..kernels.jpeg import (
     CHW,
@@ -56,6 +56,7 @@ from ..kernels.jpeg import (
     unpack_pairs,
     unpack_pairs_serial,
 )
+from ..kernels.pixels import OUT_UINT8
 from ..kernels.stand_in import ParallelSoon, compile_pending
 from .fusing import fused_config, output_array
 
@@ -206,14 +207,17 @@ class PairDecoder(Operation):
     def _fused_code(self) -> Callable:
         cfg = self.fused
         assert cfg is not None
-        serial, parallel = SharedCompile(), ParallelSoon(fused_pairs, fused_pairs_serial)
+        pair = (fused_pairs, fused_pairs_serial)
+        if cfg.geo.resize and cfg.ops.kind == OUT_UINT8 and not cfg.ops.photometric:
+            pair = (resized_pairs, resized_pairs_serial)  # its only ops: the same bytes
+        serial, parallel = SharedCompile(), ParallelSoon(*pair)
         self.kernels = parallel
 
         def run(batch, mm, out_a, out_b):
             outs = FieldPair(output_array(out_a), output_array(out_b))
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
-            call = parallel if threads > 1 else partial(serial, fused_pairs_serial)
+            call = parallel if threads > 1 else partial(serial, pair[1])
             call(batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops)
 
         return run

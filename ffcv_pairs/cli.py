@@ -227,6 +227,8 @@ def _verify(args: argparse.Namespace) -> int:
         samples = 0
     if samples is not None and samples < 1:
         raise ValueError(f"--samples must be a positive number or 'all', got {args.samples!r}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
     require_file(args.file)  # missing or a directory: misuse (2), not a bad file (1)
     source = None
     if args.against is not None:

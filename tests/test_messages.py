@@ -280,6 +280,17 @@ def test_verify_samples_not_a_number(tmp_path: Path, capsys, samples: str) -> No
     assert out == ""
 
 
+def test_verify_seed_below_zero_is_misuse(tmp_path: Path, capsys) -> None:
+    """It was numpy's 'expected non-negative integer', naming neither flag nor value."""
+    path, a, b = write_small_beton(tmp_path, n=20)
+    src = write_per_sample(tmp_path / "pt", "d", a, b, np.arange(20))
+    argv = ["verify", str(path), "--against", str(src), "--samples", "2", "--seed=-1"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err == "error: --seed must be a non-negative integer, got -1\n"
+    assert out == ""  # refused before any check ran
+
+
 # -- numpy values read as numbers -------------------------------------------------------
 
 

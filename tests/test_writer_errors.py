@@ -558,6 +558,18 @@ def test_a_file_replaced_after_the_scan_is_refused_when_read(
     _assert_one_line(rc, err, f"{src / name}: {what}")
 
 
+def test_a_symlink_loop_is_refused_by_name(capsys, src: Path, tmp_path: Path) -> None:
+    """A name that is a symlink loop: one line naming it and the loop (it was the raw
+    '[Errno 40] Too many levels of symbolic links: ...')."""
+    name = src / "train_A_images_2.pt"
+    name.unlink()
+    name.symlink_to(src / "loop.pt")
+    (src / "loop.pt").symlink_to(name)
+    rc = write_main([str(src), str(tmp_path / "out"), "--split", "train", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    _assert_one_line(rc, err, f"error: {name}: cannot be read (", "symbolic links")
+
+
 def test_a_symlink_to_a_regular_file_is_read(capsys, src: Path, tmp_path: Path) -> None:
     real = tmp_path / "elsewhere.pt"
     (src / "train_A_images_4.pt").rename(real)

@@ -229,7 +229,11 @@ def scan(
             m = pattern.match(entry.name)
             if m is None:
                 continue
-            if not entry.is_file():  # d_type alone, but a symlink is followed (stat)
+            try:
+                regular = entry.is_file()  # d_type alone, but a symlink is followed (stat)
+            except OSError:  # a symlink loop (ELOOP): _not_regular names it
+                regular = False
+            if not regular:
                 raise _not_regular(entry.path)
             split, kind, digits = m.groups()
             families = found[split].kinds

@@ -437,3 +437,34 @@ def test_init_documents_its_own_arguments() -> None:
     assert doc.count("\nArgs:\n") == 1
     for name in names:
         assert f"\n    {name}: " in doc, name
+
+
+@pytest.mark.parametrize(
+    "aug",
+    [
+        PairAugment(hflip=0.5),
+        PairAugment(noise_std=1.0),
+        PairAugment(crop=(4, 4)),
+        PairAugment(resized_crop=(4, 4)),
+        PairAugment(translate=(1, 0), crop=(4, 4), center=True),
+    ],
+    ids=["hflip", "noise", "crop-not-centred", "resized-not-centred", "translate"],
+)
+def test_an_eval_augment_that_draws_at_random_is_refused(aug: PairAugment) -> None:
+    """Validation batches that change with the epoch make its metrics noise: refused by name
+    (found by a probe: the docstring said deterministic, nothing checked it)."""
+    with pytest.raises(ValueError, match=r"eval_augment draws at random \("):
+        PairDataModule("x.beton", batch_size=2, eval_augment=aug)
+
+
+def test_the_default_eval_twin_draws_nothing() -> None:
+    from ffcv_pairs.augment.evaluation import eval_pipeline, random_ops
+
+    every = PairAugment(
+        hflip=0.5, vflip=0.5, rot90=True, resized_crop=(8, 8), brightness=0.3,
+        contrast=0.3, noise_std=2.0, normalize_mean=(1.0,), normalize_std=(2.0,),
+    )  # fmt: skip
+    assert random_ops(every) and random_ops(eval_pipeline(every)) == []
+    assert PairDataModule("x.beton", batch_size=2, augment=every).eval_augment == eval_pipeline(
+        every
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .config import PairAugment
 
-__all__ = ["eval_pipeline"]
+__all__ = ["eval_pipeline", "random_ops"]
 
 
 def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
@@ -28,3 +28,21 @@ def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
     )
     converts = twin.normalize_mean is not None or twin.out_dtype is not None
     return twin if twin.has_geometry or converts else None
+
+
+def random_ops(augment: PairAugment) -> list[str]:
+    """The options of ``augment`` that draw at random (a crop or resized crop unless
+    ``center``), as ``name=value``; empty for a deterministic pipeline."""
+    drawn: list[tuple[str, object]] = [
+        ("hflip", augment.hflip),
+        ("vflip", augment.vflip),
+        ("rot90", augment.rot90),
+        ("translate", augment.translate if any(augment.translate) else 0),
+        ("brightness", augment.brightness),
+        ("contrast", augment.contrast),
+        ("noise_std", augment.noise_std),
+    ]
+    if not augment.center:
+        drawn += [("crop", augment.crop), ("resized_crop", augment.resized_crop)]
+    return [f"{name}={value}" for name, value in drawn if value]
+

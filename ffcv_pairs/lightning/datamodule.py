@@ -32,7 +32,7 @@ import lightning as L
 
 from .._checks import integer, optional, shown
 from ..augment.config import PairAugment, image_axes
-from ..augment.evaluation import eval_pipeline
+from ..augment.evaluation import eval_pipeline, random_ops
 from ..format.reader import PairReader
 from ..format.schema import PairSchema
 from ..load.loader import (
@@ -145,6 +145,12 @@ class PairDataModule(L.LightningDataModule):
             raise TypeError(
                 f"eval_augment must be a PairAugment or None, got {shown(eval_augment)} "
                 f"({type(eval_augment).__name__})"
+            )
+        elif drawn := random_ops(eval_augment):
+            raise ValueError(
+                f"eval_augment draws at random ({', '.join(drawn)}), so validation batches "
+                f"would change with the epoch: give deterministic ops (center=True for a crop "
+                f"or resized crop; no flips, translate or photometric jitter)"
             )
         self.save_hyperparameters(ignore=["augment", "eval_augment"])
         self.paths = {

@@ -316,3 +316,41 @@ def test_batches_before_and_after_the_parallel_kernel_arrives_are_a_warm_runs(
     warm, _ = run(cold["epochs"])
     assert all(set(b["served"]) == {"decode_pairs"} for b in warm["batches"])
     assert [b["digest"] for b in warm["batches"]] == [b["digest"] for b in cold["batches"]]
+
+
+FORK_WHILE_COMPILING = """
+import os, sys, threading, time
+import numba as nb
+from numba.core.compiler_lock import global_compiler_lock
+import ffcv_pairs.kernels  # noqa: F401  (the fork hooks)
+
+holding = threading.Event()
+
+def compile_for_a_while():  # stands for a kernel compiling in the background
+    with global_compiler_lock:
+        holding.set()
+        time.sleep(1.5)
+
+threading.Thread(target=compile_for_a_while, daemon=True).start()
+holding.wait()
+pid = os.fork()
+if pid == 0:  # the child compiles a function of its own
+    f = nb.njit(lambda x: x + 1)
+    os._exit(0 if f(1) == 2 else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_process_forked_while_a_kernel_compiles_can_compile(tmp_path: Path) -> None:
+    """A writer forked its workers while the loader compiled a kernel in the background:
+    the workers inherited numba's compiler lock held by a thread they do not have, and hung
+    at their first compile. A fork now waits for the compile under way."""
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_COMPILING],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "0", (out.stdout, out.stderr[-2000:])

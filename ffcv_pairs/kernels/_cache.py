@@ -24,6 +24,7 @@ import fcntl
 import functools
 import hashlib
 import logging
+import os
 import pickle
 import re
 import warnings
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from numba.core import caching, config
+from numba.core.compiler_lock import global_compiler_lock
 
 from .cache_dir import kernel_cache_dir
 from .twins import VARIANT
@@ -192,6 +194,18 @@ def _load_index_or_empty(self: Any) -> Any:
 
 if getattr(caching.IndexDataCacheFile._load_index, "__name__", "") != "_load_index_or_empty":
     caching.IndexDataCacheFile._load_index = _load_index_or_empty  # type: ignore[method-assign]
+
+
+# A process forked while another thread compiles (the loader's epoch thread at a first batch,
+# or a parallel kernel compiling in the background, see ``stand_in``) would inherit numba's
+# compiler lock held by a thread it does not have, and hang at its own first compile: a
+# writer's forked workers did. So a fork waits for the compile under way: numba's lock is
+# taken before every fork and released after it, in the parent and in the child. numba
+# internals (0.68.1): the RLock inside ``global_compiler_lock``, which every compile holds.
+_COMPILES = global_compiler_lock._lock
+os.register_at_fork(
+    before=_COMPILES.acquire, after_in_parent=_COMPILES.release, after_in_child=_COMPILES.release
+)
 
 
 class SharedCompile:

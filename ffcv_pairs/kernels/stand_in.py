@@ -13,6 +13,9 @@ switch changes the speed only.
 The background thread compiles under the same lock file as :class:`SharedCompile` (one
 process of a node compiles, the others load), and one job at a time: numba compiles one
 function at a time per process anyway.
+
+A fork waits for a compile under way (see :mod:`._cache`), so a process forked meanwhile
+(a writer's workers) does not inherit numba's compiler lock held by a thread it lacks.
 """
 
 from __future__ import annotations

@@ -576,3 +576,21 @@ def test_a_symlink_to_a_regular_file_is_read(capsys, src: Path, tmp_path: Path) 
     (src / "train_A_images_4.pt").symlink_to(real)
     rc = write_main([str(src), str(tmp_path / "out"), "--split", "train", "--no-progress"])
     assert rc == 0, capsys.readouterr().err
+
+
+def test_packs_whose_items_hold_other_tensors_are_refused_saying_how_to_fix(
+    tmp_path: Path, capsys
+) -> None:
+    """Pack 0 keeps labels as Python ints, pack 2 as 0-d tensors: the zip directory's count
+    of pack 2 (learned from pack 0) is wrong, so the pack is refused, naming it and what to
+    do, never written short."""
+    a, b, _ = make_arrays(4, (3, 4, 4))
+    items = [(torch.from_numpy(a[i].copy()), torch.from_numpy(b[i].copy()), torch.tensor(i))
+             for i in range(4)]  # fmt: skip
+    src = _packs(tmp_path / "pt", items)
+    args = [str(src), str(tmp_path / "out"), "--split", "train", "--workers", "1", "--no-progress"]
+    assert write_main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "train_batch_2.pt" in err, err
+    assert "save every pack's items alike" in err, err
+    assert not (tmp_path / "out" / "train.beton").exists()

@@ -122,8 +122,9 @@ class BatchedSource(PairSource):
         if len(data) != want:
             raise SourceError(
                 f"{self.path(k)}: holds {len(data)} items, but {want} were counted from its zip "
-                f"directory when the conversion started (changed since, or its items are stored "
-                f"unlike those of {os.path.basename(self.path(0))})"
+                f"directory when the conversion started: it changed since, or its items hold "
+                f"another number of tensors than those of {os.path.basename(self.path(0))} (say "
+                f"0-d tensor labels here and Python ints there); save every pack's items alike"
             )
         return data
 

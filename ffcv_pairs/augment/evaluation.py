@@ -45,4 +45,3 @@ def random_ops(augment: PairAugment) -> list[str]:
     if not augment.center:
         drawn += [("crop", augment.crop), ("resized_crop", augment.resized_crop)]
     return [f"{name}={value}" for name, value in drawn if value]
-

@@ -54,3 +54,29 @@ def test_the_small_kernels_give_the_general_kernels_bytes(
     small = _epochs(path, aug, threads)
     _general(monkeypatch)
     assert _epochs(path, aug, threads) == small
+
+
+PIPELINES = {
+    "demo": PairAugment(
+        hflip=0.5, crop=(16, 16), crop_padding=3, brightness=0.3, contrast=0.3,
+        brightness_paired=False, contrast_paired=False,
+    ),
+    "rrc-photometric": PairAugment(resized_crop=(10, 10), hflip=0.5, contrast=0.4, noise_std=4.0),
+    "float-out": PairAugment(crop=(16, 16), vflip=0.5, normalize_mean=(9.0,), normalize_std=(3.0,)),
+    "rrc-float16": PairAugment(resized_crop=(12, 12), brightness=0.2, out_dtype="float16"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_pruning_unused_ops_from_the_fused_kernel_changes_no_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A pipeline without float output or resized crop compiles the fused kernel with those
+    ops pruned (``None`` markers); its batches equal those of the kernel with every op."""
+    a = photos(48, (3, 20, 16), seed=4)
+    path = tmp_path / "raw.beton"
+    write_pairs(ArraySource(a, np.ascontiguousarray(a[::-1]), np.arange(48)), path,
+                progress=False, workers=1)  # fmt: skip
+    pruned = _epochs(path, PIPELINES[name], 2)
+    monkeypatch.setattr(decoders, "unused_ops", lambda cfg: (True, True))
+    assert _epochs(path, PIPELINES[name], 2) == pruned

@@ -132,11 +132,12 @@ def _output_pixels(q, out, shift, scale, kind):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _chunk(xs, out, draw, offset, spec, work, channel):  # pragma: no cover - JIT
+def _chunk(xs, out, draw, offset, spec, work, channel, float_out):  # pragma: no cover - JIT
     """One chunk: the photometric ops (unless the draw is the identity), then the output;
-    ``channel``: the plane's channel, or -1 (interleaved: constants per element in ``work``)."""
+    ``channel``: the plane's channel, or -1 (interleaved: constants per element in ``work``);
+    ``float_out``: see :func:`finish_image`."""
     n = xs.shape[0]
-    if spec.kind == OUT_UINT8:
+    if float_out is None or spec.kind == OUT_UINT8:
         _photometric_chunk(xs, out, work.noise[:n], draw, offset)
         return
     photo = draw.bright != 1.0 or draw.contrast != 1.0 or draw.noise_std > 0
@@ -155,11 +156,14 @@ def _chunk(xs, out, draw, offset, spec, work, channel):  # pragma: no cover - JI
 
 
 @nb.njit(cache=True, nogil=True)
-def finish_image(x, dst, chans, draw, mean, spec, work):  # pragma: no cover - JIT
+def finish_image(x, dst, chans, draw, mean, spec, work, float_out):  # pragma: no cover - JIT
     """``dst`` (1-d uint8: the output's bytes) from the uint8 image ``x`` (1-d).
 
     The output's dtype is ``spec.kind``'s, a value at run time: one compiled kernel writes
-    every output dtype (each new dtype used to cost the fused kernel's whole compile).
+    every float dtype (each new dtype used to cost the fused kernel's whole compile).
+    ``float_out`` is None for a uint8 output, and then the float paths are pruned before
+    numba types them (a ``None`` argument's ``is None`` branches are): a uint8 pipeline's
+    kernel compiles without them, a third of the fused kernel's compile.
 
     Args:
         chans: :class:`~ffcv_pairs.kernels.photometric.ChannelPlanes` of the image.
@@ -169,16 +173,16 @@ def finish_image(x, dst, chans, draw, mean, spec, work):  # pragma: no cover - J
         spec: :class:`OutputSpec`.
         work: :class:`PixelWork`.
     """
-    if spec.kind == OUT_UINT8:
-        _finish_typed(x, dst, chans, draw, mean, spec, work)
+    if float_out is None or spec.kind == OUT_UINT8:
+        _finish_typed(x, dst, chans, draw, mean, spec, work, float_out)
     elif spec.kind == OUT_FLOAT32:
-        _finish_typed(x, dst.view(np.float32), chans, draw, mean, spec, work)
+        _finish_typed(x, dst.view(np.float32), chans, draw, mean, spec, work, float_out)
     else:  # the bits of float16 or bfloat16
-        _finish_typed(x, dst.view(np.uint16), chans, draw, mean, spec, work)
+        _finish_typed(x, dst.view(np.uint16), chans, draw, mean, spec, work, float_out)
 
 
 @nb.njit(cache=True, nogil=True)
-def _finish_typed(x, dst, chans, draw, mean, spec, work):  # pragma: no cover - JIT
+def _finish_typed(x, dst, chans, draw, mean, spec, work, float_out):  # pragma: no cover - JIT
     """:func:`finish_image` into ``dst`` in the output's dtype (same length as ``x``)."""
     offset = np.float32((1.0 - draw.contrast) * mean + 0.5)
     std = np.float32(draw.noise_std)
@@ -198,7 +202,7 @@ def _finish_typed(x, dst, chans, draw, mean, spec, work):  # pragma: no cover - 
             if draw.noise_std > 0:
                 noise_block(draw.noise_key, base + j0, work.noise[:n], std, spec.table)
             xs, out = x[base + j0 : base + j0 + n], dst[base + j0 : base + j0 + n]
-            _chunk(xs, out, draw, offset, spec, work, k if p == 1 else -1)
+            _chunk(xs, out, draw, offset, spec, work, k if p == 1 else -1, float_out)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
@@ -211,4 +215,4 @@ def photometric_uint8(ids, x, cfg, clock, tag, chans, table):  # pragma: no cove
         spec = OutputSpec(OUT_UINT8, norm, table)
         d = draw_pixels(cfg, clock, ids[i], tag)
         m = image_mean(x[i], chans, d.bright, True) if cfg.contrast > 0 else 0.0
-        _finish_typed(x[i], x[i], chans, d, m, spec, new_pixel_work(chans))  # uint8 in place
+        _finish_typed(x[i], x[i], chans, d, m, spec, new_pixel_work(chans), None)  # uint8

@@ -58,7 +58,7 @@ from ..kernels.jpeg import (
 )
 from ..kernels.pixels import OUT_UINT8
 from ..kernels.stand_in import ParallelSoon, compile_pending
-from .fusing import fused_config, output_array
+from .fusing import FusedConfig, fused_config, output_array
 
 __all__ = ["JpegPairDecoder", "LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
 
@@ -212,13 +212,14 @@ class PairDecoder(Operation):
             pair = (resized_pairs, resized_pairs_serial)  # its only ops: the same bytes
         serial, parallel = SharedCompile(), ParallelSoon(*pair)
         self.kernels = parallel
+        unused = unused_ops(cfg)
 
         def run(batch, mm, out_a, out_b):
             outs = FieldPair(output_array(out_a), output_array(out_b))
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
             call = parallel if threads > 1 else partial(serial, pair[1])
-            call(batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops)
+            call(batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops, *unused)
 
         return run
 
@@ -307,6 +308,12 @@ class JpegPairDecoder(PairDecoder):
             return _read_only(out.reshape(-1)), BatchRefs(indices, rows, *ptrs)
 
         return source
+
+
+def unused_ops(cfg: FusedConfig) -> tuple[bool | None, bool | None]:
+    """:func:`~ffcv_pairs.kernels.fused.fused_pairs`' ``float_out`` and ``resizing``: None
+    where the pipeline has no float output, no resized crop (pruned from its compile)."""
+    return (None if cfg.ops.kind == OUT_UINT8 else True, True if cfg.geo.resize else None)
 
 
 def _batch_refs(indices, ptr_a, ptr_b, storage_state, shift):

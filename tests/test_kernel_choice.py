@@ -23,9 +23,9 @@ def _epochs(path: Path, aug: PairAugment | None, threads: int, **kwargs) -> list
 
 
 def _general(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the loader call the general kernels where it would pick a small one."""
-    monkeypatch.setattr(decoders, "resized_pairs", decoders.fused_pairs)
-    monkeypatch.setattr(decoders, "resized_pairs_serial", decoders.fused_pairs_serial)
+    """Make the loader call the general kernels where it would pick a small one (the copy
+    kernels; the fused kernel's resize branch alone)."""
+    monkeypatch.setattr(decoders, "unused_ops", lambda cfg: (True, True, True))
     monkeypatch.setattr(decoders.GeometryConfig, "identity", property(lambda self: False))
 
 
@@ -78,5 +78,5 @@ def test_pruning_unused_ops_from_the_fused_kernel_changes_no_byte(
     write_pairs(ArraySource(a, np.ascontiguousarray(a[::-1]), np.arange(48)), path,
                 progress=False, workers=1)  # fmt: skip
     pruned = _epochs(path, PIPELINES[name], 2)
-    monkeypatch.setattr(decoders, "unused_ops", lambda cfg: (True, True))
+    monkeypatch.setattr(decoders, "unused_ops", lambda cfg: (True, True, True))
     assert _epochs(path, PIPELINES[name], 2) == pruned

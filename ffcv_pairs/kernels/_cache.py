@@ -57,7 +57,6 @@ _COMPILE_SECONDS = {
     "fused_pairs": 30,
     "fused_pairs_serial": 25,
     "copy_pairs": 1,
-    "resized_pairs_serial": 5,
     "copy_pairs_serial": 1,
     "decode_pairs": 9,
     "decode_pairs_serial": 7,

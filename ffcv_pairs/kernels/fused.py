@@ -35,7 +35,7 @@ from .pixels import finish_image as finish
 from .planes import PlaneMove, move_plane
 from .resize import ResizeShape, ResizeWork, new_work, resize_sample
 
-__all__ = ["FusedOps", "fused_pairs", "fused_pairs_serial", "resized_pairs", "resized_pairs_serial"]
+__all__ = ["FusedOps", "fused_pairs", "fused_pairs_serial"]
 
 
 class FusedOps(NamedTuple):
@@ -168,6 +168,21 @@ def _fused_sample(i, job, works, float_out, resizing):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def _fused_range(job, first, last, float_out, resizing, every_op):  # pragma: no cover - JIT
+    """Samples ``first`` to ``last`` of the batch, every op; or, where ``every_op`` is None,
+    the resize branch alone (the pipeline is a resized crop to uint8 and nothing else: the
+    rest is pruned from the compile). The inner test prunes that branch where ``resizing``
+    is None."""
+    if every_op is None:
+        if resizing is not None:
+            _resized_range(job, first, last)
+        return
+    works = _works(job)
+    for i in range(first, last):
+        _fused_sample(i, job, works, float_out, resizing)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def _works(job):  # pragma: no cover - JIT
     """A thread's scratch for :func:`_fused_sample`."""
     return FieldPair(_field_work(job.stored.a, job.geo), _field_work(job.stored.b, job.geo))
@@ -175,14 +190,16 @@ def _works(job):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, parallel=True, nogil=True)
 def fused_pairs(
-    batch, mm, outs, stored_a, stored_b, geo, photo, ops, float_out, resizing
+    batch, mm, outs, stored_a, stored_b, geo, photo, ops, float_out, resizing, every_op
 ):  # pragma: no cover - JIT
     """Decode and augment A and B of every sample of ``batch``.
 
-    ``float_out`` (None: the output is uint8) and ``resizing`` (None: no resized crop) prune
-    the ops a pipeline does not use before numba types them (``x is None`` branches on a
-    ``None`` argument are removed), so such a pipeline's kernel compiles without them: the
-    demo's augmentation 22 s -> 13 s of one core. Any other value keeps them.
+    ``float_out`` (None: the output is uint8), ``resizing`` (None: no resized crop) and
+    ``every_op`` (None: a resized crop to uint8 is the only op) prune the ops a pipeline
+    does not use before numba types them (``x is None`` branches on a ``None`` argument are
+    removed), so such a pipeline's kernel compiles without them: the demo's augmentation
+    22 s -> 13 s of one core; a resized crop alone compiles the resize branch only. Any
+    other value keeps them.
 
     Args:
         batch: :class:`~ffcv_pairs.kernels.decode.BatchRefs`.
@@ -196,7 +213,8 @@ def fused_pairs(
             output size (crop or not).
         photo: :class:`~ffcv_pairs.kernels.photometric.PhotometricConfig`.
         ops: :class:`FusedOps`.
-        float_out, resizing: None where the pipeline has no float output, no resized crop.
+        float_out, resizing, every_op: None where the pipeline has no float output, no
+            resized crop, nothing but a resized crop to uint8.
     """
     # numba's parallel loop takes arrays and flat named tuples that are arguments, but
     # not tuples of arrays nor nested named tuples: unpack here, regroup inside the loop.
@@ -217,29 +235,25 @@ def fused_pairs(
                 photometric, kind, norm, table, fills, clock, stats, stats_use, downscale, threads
             ),
         )
-        works = _works(job)
-        for i in range(t * n // chunks, (t + 1) * n // chunks):
-            _fused_sample(i, job, works, float_out, resizing)
+        _fused_range(job, t * n // chunks, (t + 1) * n // chunks, float_out, resizing, every_op)
 
 
 @nb.njit(cache=True, nogil=True)
 def fused_pairs_serial(
-    batch, mm, outs, stored_a, stored_b, geo, photo, ops, float_out, resizing
+    batch, mm, outs, stored_a, stored_b, geo, photo, ops, float_out, resizing, every_op
 ):  # pragma: no cover
     """:func:`fused_pairs` on one thread (no parallel runtime)."""
     job = _Job(batch, mm, outs, FieldPair(stored_a, stored_b), geo, photo, ops)
-    works = _works(job)
-    for i in range(len(batch.ids)):
-        _fused_sample(i, job, works, float_out, resizing)
+    _fused_range(job, 0, len(batch.ids), float_out, resizing, every_op)
 
 
 # A resized crop (and flips or turns) to uint8 with no photometric op, the common training
-# pipeline, is one branch of the fused kernel; these kernels hold only that branch, so they
-# compile in a fraction of the fused kernel's time (which compiles every op, used or not) and
-# give the same bytes.
+# pipeline, is one branch of the fused kernel; with ``every_op`` None the kernel holds only
+# this, so it compiles in a fraction of the time and gives the same bytes.
 @nb.njit(cache=True, nogil=True)
 def _resized_range(job, first, last):  # pragma: no cover - JIT
-    """Samples ``first`` to ``last`` of the batch (see :func:`resized_pairs`)."""
+    """Samples ``first`` to ``last`` of the batch, the resized crop alone (see
+    :func:`_fused_range`)."""
     batch, geo, clock = job.batch, job.geo, job.ops.clock
     like = np.empty(0, np.uint8)
     works = FieldPair(
@@ -257,38 +271,3 @@ def _resized_range(job, first, last):  # pragma: no cover - JIT
             image, denom = _source(job, t, place)
             rs = _resize_shape(image, geo)
             resize_sample(job.mm, start, job.outs[t][i], 0, rs, place, works[t], denom)
-
-
-@nb.njit(cache=True, parallel=True, nogil=True)
-def resized_pairs(
-    batch, mm, outs, stored_a, stored_b, geo, photo, ops, float_out, resizing
-):  # pragma: no cover - JIT
-    """:func:`fused_pairs` where the only ops are a resized crop (with flips or turns) to
-    uint8: the same arguments (``float_out`` and ``resizing`` unused) and bytes."""
-    ids, rows, ptr_a, ptr_b = batch.ids, batch.rows, batch.ptr_a, batch.ptr_b
-    out_a, out_b = outs.a, outs.b
-    photometric, kind, norm, table, fills, clock, stats, stats_use, downscale, threads = ops
-    n = len(ids)
-    chunks = max(1, min(n, 4 * threads))
-    for t in nb.prange(chunks):
-        job = _Job(
-            BatchRefs(ids, rows, ptr_a, ptr_b),
-            mm,
-            FieldPair(out_a, out_b),
-            FieldPair(stored_a, stored_b),
-            geo,
-            photo,
-            FusedOps(
-                photometric, kind, norm, table, fills, clock, stats, stats_use, downscale, threads
-            ),
-        )
-        _resized_range(job, t * n // chunks, (t + 1) * n // chunks)
-
-
-@nb.njit(cache=True, nogil=True)
-def resized_pairs_serial(
-    batch, mm, outs, stored_a, stored_b, geo, photo, ops, float_out, resizing
-):  # pragma: no cover
-    """:func:`resized_pairs` on one thread."""
-    job = _Job(batch, mm, outs, FieldPair(stored_a, stored_b), geo, photo, ops)
-    _resized_range(job, 0, len(batch.ids))

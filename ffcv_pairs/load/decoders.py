@@ -41,7 +41,7 @@ from ..kernels.decode import (
     decode_pairs,
     decode_pairs_serial,
 )
-from ..kernels.fused import fused_pairs, fused_pairs_serial, resized_pairs, resized_pairs_serial
+from ..kernels.fused import fused_pairs, fused_pairs_serial
 from ..kernels.geometry import GeometryConfig
 from ..kernels.jpeg import (
     CHW,
@@ -207,10 +207,7 @@ class PairDecoder(Operation):
     def _fused_code(self) -> Callable:
         cfg = self.fused
         assert cfg is not None
-        pair = (fused_pairs, fused_pairs_serial)
-        if cfg.geo.resize and cfg.ops.kind == OUT_UINT8 and not cfg.ops.photometric:
-            pair = (resized_pairs, resized_pairs_serial)  # its only ops: the same bytes
-        serial, parallel = SharedCompile(), ParallelSoon(*pair)
+        serial, parallel = SharedCompile(), ParallelSoon(fused_pairs, fused_pairs_serial)
         self.kernels = parallel
         unused = unused_ops(cfg)
 
@@ -218,7 +215,7 @@ class PairDecoder(Operation):
             outs = FieldPair(output_array(out_a), output_array(out_b))
             threads = nb.get_num_threads()  # this epoch thread's (see above)
             ops = cfg.ops._replace(threads=threads)
-            call = parallel if threads > 1 else partial(serial, pair[1])
+            call = parallel if threads > 1 else partial(serial, fused_pairs_serial)
             call(batch, mm, outs, cfg.stored_a, cfg.stored_b, cfg.geo, cfg.photo, ops, *unused)
 
         return run
@@ -310,10 +307,17 @@ class JpegPairDecoder(PairDecoder):
         return source
 
 
-def unused_ops(cfg: FusedConfig) -> tuple[bool | None, bool | None]:
-    """:func:`~ffcv_pairs.kernels.fused.fused_pairs`' ``float_out`` and ``resizing``: None
-    where the pipeline has no float output, no resized crop (pruned from its compile)."""
-    return (None if cfg.ops.kind == OUT_UINT8 else True, True if cfg.geo.resize else None)
+def unused_ops(cfg: FusedConfig) -> tuple[bool | None, bool | None, bool | None]:
+    """:func:`~ffcv_pairs.kernels.fused.fused_pairs`' ``float_out``, ``resizing`` and
+    ``every_op``: None where the pipeline has no float output, no resized crop, nothing but
+    a resized crop to uint8 (pruned from its compile)."""
+    uint8 = cfg.ops.kind == OUT_UINT8
+    resize_only = cfg.geo.resize and uint8 and not cfg.ops.photometric
+    return (
+        None if uint8 else True,
+        True if cfg.geo.resize else None,
+        None if resize_only else True,
+    )
 
 
 def _batch_refs(indices, ptr_a, ptr_b, storage_state, shift):

@@ -56,9 +56,8 @@ from ..kernels.jpeg import (
     unpack_pairs,
     unpack_pairs_serial,
 )
-from ..kernels.pixels import OUT_UINT8
 from ..kernels.stand_in import ParallelSoon, compile_pending
-from .fusing import FusedConfig, fused_config, output_array
+from .fusing import fused_config, output_array, unused_ops
 
 __all__ = ["JpegPairDecoder", "LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
 
@@ -305,19 +304,6 @@ class JpegPairDecoder(PairDecoder):
             return _read_only(out.reshape(-1)), BatchRefs(indices, rows, *ptrs)
 
         return source
-
-
-def unused_ops(cfg: FusedConfig) -> tuple[bool | None, bool | None, bool | None]:
-    """:func:`~ffcv_pairs.kernels.fused.fused_pairs`' ``float_out``, ``resizing`` and
-    ``every_op``: None where the pipeline has no float output, no resized crop, nothing but
-    a resized crop to uint8 (pruned from its compile)."""
-    uint8 = cfg.ops.kind == OUT_UINT8
-    resize_only = cfg.geo.resize and uint8 and not cfg.ops.photometric
-    return (
-        None if uint8 else True,
-        True if cfg.geo.resize else None,
-        None if resize_only else True,
-    )
 
 
 def _batch_refs(indices, ptr_a, ptr_b, storage_state, shift):

@@ -16,7 +16,7 @@ from ..kernels.noise import normal_table
 from ..kernels.photometric import PhotometricConfig
 from ..kernels.pixels import OUT_BFLOAT16, OUT_FLOAT16, OUT_FLOAT32, OUT_UINT8
 
-__all__ = ["FusedConfig", "fused_config", "output_array"]
+__all__ = ["FusedConfig", "fused_config", "output_array", "unused_ops"]
 
 #: Output dtype name -> (the kernels' OUT_* kind, the buffer's numpy dtype).
 _KINDS: dict[str, tuple[int, np.dtype]] = {
@@ -122,3 +122,16 @@ def output_array(out: np.ndarray) -> np.ndarray:
     """A batch buffer as the fused kernel writes it: ``(batch, bytes)`` uint8, whatever the
     dtype (the kernel takes the dtype from ``FusedOps.kind``, so it compiles once for all)."""
     return out.reshape(out.shape[0], -1).view(np.uint8)
+
+
+def unused_ops(cfg: FusedConfig) -> tuple[bool | None, bool | None, bool | None]:
+    """:func:`~ffcv_pairs.kernels.fused.fused_pairs`' ``float_out``, ``resizing`` and
+    ``every_op``: None where the pipeline has no float output, no resized crop, nothing but
+    a resized crop to uint8 (pruned from its compile)."""
+    uint8 = cfg.ops.kind == OUT_UINT8
+    resize_only = cfg.geo.resize and uint8 and not cfg.ops.photometric
+    return (
+        None if uint8 else True,
+        True if cfg.geo.resize else None,
+        None if resize_only else True,
+    )

@@ -177,7 +177,6 @@ class PairDecoder(Operation):
         if geo.identity:
             return self._copy_code()
         serial, parallel = SharedCompile(), ParallelSoon(decode_pairs, decode_pairs_serial)
-        self.kernels = parallel
 
         def run(batch, mm, out_a, out_b):
             # numba's thread count is per thread: this epoch thread's, set from its
@@ -207,7 +206,6 @@ class PairDecoder(Operation):
         cfg = self.fused
         assert cfg is not None
         serial, parallel = SharedCompile(), ParallelSoon(fused_pairs, fused_pairs_serial)
-        self.kernels = parallel
         unused = unused_ops(cfg)
 
         def run(batch, mm, out_a, out_b):
@@ -280,7 +278,6 @@ class JpegPairDecoder(PairDecoder):
         scratch = [np.empty(0, dtype=np.uint8)]  # grown to the largest batch, then reused
         path, geo, clock = self.path, self.unpack_geo, self.clock
         serial, parallel = SharedCompile(), ParallelSoon(unpack_pairs, unpack_pairs_serial)
-        self.unpack_kernels = parallel
 
         def source(indices, metadata, storage_state):
             mm, batch = _batch_refs(indices, ptr_a, ptr_b, storage_state, shift)

@@ -150,6 +150,15 @@ class PairReader(Reader):
         ).view(np.ndarray)
 
     @property
+    def files(self) -> list[Path]:
+        """The files read: this one."""
+        return [self.path]
+
+    def mapped_tables(self) -> list[np.ndarray]:
+        """The arrays that map the file (a bus error there names the file)."""
+        return [self.metadata, self.alloc_table]
+
+    @property
     def page_shift(self) -> np.uint64:
         """``log2(page_size)``: a pointer's page is ``ptr >> page_shift``."""
         return np.uint64(int(self.page_size).bit_length() - 1)

@@ -33,7 +33,7 @@ import lightning as L
 from .._checks import integer, optional, shown
 from ..augment.config import PairAugment, image_axes
 from ..augment.evaluation import eval_pipeline, random_ops
-from ..format.reader import PairReader
+from ..format.joined import open_dataset
 from ..format.schema import PairSchema
 from ..load.loader import (
     DEFAULT_PREFETCH,
@@ -53,10 +53,10 @@ class PairDataModule(L.LightningDataModule):
     """Pair `.beton` files for ``fit``/``validate``/``test``.
 
     Args:
-        train_path: Training `.beton`.
-        val_path: Validation `.beton` (optional).
-        test_path: Test `.beton` (optional).
-        predict_path: `.beton` for ``predict`` (optional).
+        train_path: Training `.beton`, or dataset manifest of shards (``.json``).
+        val_path: Validation `.beton` or manifest (optional).
+        test_path: Test `.beton` or manifest (optional).
+        predict_path: `.beton` or manifest for ``predict`` (optional).
         global_batch_size: Samples per optimiser step over all devices and nodes;
             split over the world size. Give this or ``batch_size``.
         batch_size: Samples per device. Give this or ``global_batch_size``.
@@ -187,7 +187,7 @@ class PairDataModule(L.LightningDataModule):
     def schema(self) -> PairSchema:
         """The schema of the training (or first given) file."""
         path = next(p for p in self.paths.values() if p is not None)
-        return PairReader(path).schema
+        return open_dataset(path).schema
 
     def input_channels(self) -> int:
         """Channels of image A, for sizing a model's first layer."""

@@ -32,7 +32,7 @@ from ffcv.pipeline.allocation_query import AllocationQuery
 from ..augment.ops import NormalizeConvert, device_ops
 from ..augment.placement import place_ops
 from ..errors import FfcvPairsError
-from ..format.reader import PairReader
+from ..format.joined import DatasetReader
 from ..format.schema import PairSchema
 from .index import PageIndex
 
@@ -59,7 +59,7 @@ class BudgetedLoader(Protocol):
     schema: PairSchema
     device: torch.device
     path: Path
-    reader: PairReader
+    reader: DatasetReader
 
     @property
     def num_samples(self) -> int: ...

@@ -29,7 +29,8 @@ from ffcv.pipeline.state import State
 
 from ..augment.config import ImageAxes, PairAugment
 from ..augment.placement import OpPlacement
-from ..format.reader import BetonError, PairReader
+from ..format.joined import DatasetReader
+from ..format.reader import BetonError
 from ..format.schema import ArraySpec, PairSchema
 from ..kernels import SharedCompile
 from ..kernels.decode import (
@@ -234,7 +235,7 @@ class JpegPairDecoder(PairDecoder):
 
     def __init__(
         self,
-        reader: PairReader,
+        reader: DatasetReader,
         augment: PairAugment | None,
         clock: np.ndarray,
         placement: OpPlacement | None = None,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ..format.reader import PairReader
+from ..format.joined import DatasetReader
 from ..format.schema import PairSchema
 
 __all__ = ["PageIndex", "check_indices"]
@@ -109,7 +109,7 @@ class PageIndex:
     samples: np.ndarray
 
     @classmethod
-    def build(cls, reader: PairReader, indices: npt.ArrayLike | None = None) -> PageIndex:
+    def build(cls, reader: DatasetReader, indices: npt.ArrayLike | None = None) -> PageIndex:
         """The index of ``indices`` (see :func:`check_indices`), or of every sample.
 
         Raises:
@@ -155,7 +155,7 @@ class PageIndex:
     def counts(self) -> np.ndarray:
         return np.diff(self.starts)
 
-    def page_lookup(self, reader: PairReader, ids: np.ndarray) -> np.ndarray:
+    def page_lookup(self, reader: DatasetReader, ids: np.ndarray) -> np.ndarray:
         """Page number of each sample id in ``ids``."""
         ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[0])
         return (np.asarray(ptrs[np.asarray(ids)]) >> reader.page_shift).astype(np.int64)

@@ -31,7 +31,8 @@ import numpy.typing as npt
 import torch
 
 from ..augment.config import PairAugment
-from ..format.integrity import load_stats, open_beton
+from ..format.integrity import load_stats
+from ..format.joined import JoinedReader, joined_stats, open_dataset
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
 from .delivery.engines import CopyEngine, CudaEngine
@@ -82,7 +83,7 @@ class PairLoader:
     ):
         """Args: ``copy_engine`` replaces the GPU's (tests pass the CPU simulation)."""
         self._made_with = (config, copy_engine)  # what a pickle rebuilds it from
-        self.reader = open_beton(path, full_check=config.verify)
+        self.reader = open_dataset(path, full_check=config.verify)
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
         self.config = cfg = config.for_file(self.schema)
@@ -112,9 +113,10 @@ class PairLoader:
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
         self._clock[0] = cfg.seed
         memory = (PairOSCacheManager if cfg.os_cache else PairProcessCacheManager)(self.reader)
-        stats = (
-            load_stats(self.reader) if cfg.augment is not None and cfg.augment.contrast else None
-        )
+        stats = None
+        if cfg.augment is not None and cfg.augment.contrast:
+            reader = self.reader
+            stats = joined_stats(reader) if isinstance(reader, JoinedReader) else load_stats(reader)
         specs, finishers = pair_specs(
             self.reader,
             cfg.augment,
@@ -138,7 +140,7 @@ class PairLoader:
             self.graph,
             stage,
             code,
-            FileWatch(self.path),
+            FileWatch(self.reader.files),
         )
         self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
         check_budget(self.memory_estimate, cfg.max_ram_gb)
@@ -230,7 +232,7 @@ class PairLoader:
         self._active = it = EpochThread(
             self._engine, rest, cfg.batches_ahead, cfg.prefetch, in_flight, mode
         )
-        mapped = [self.reader.metadata, self.reader.alloc_table]
+        mapped = self.reader.mapped_tables()
         mapped += [m for m in [getattr(it.memory_context, "mmap", None)] if m is not None]
         watch_mappings(id(self), self.path, mapped)
         try:
@@ -374,11 +376,14 @@ make_loader.__doc__ = f"""A loader over the pair `.beton` at ``path``.
 
     Args:
         path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
-            with fields ``A``, ``B`` (NDArrayField) and ``label`` (IntField)).
+            with fields ``A``, ``B`` (NDArrayField) and ``label`` (IntField)); or a dataset
+            manifest (``.json``, see :mod:`~ffcv_pairs.format.shards`) of such files, read
+            as one: sample ``g`` is sample ``g - offset`` of the shard holding it.
 {options_doc()}
 
     Raises:
-        BetonError: the file is not a readable pair `.beton`, or fails its checksums.
+        BetonError: the file is not a readable pair `.beton`, or fails its checksums; a
+            manifest is unreadable, or a shard differs from its entry (both named).
         MemoryBudgetError: the loaders of this node would not fit in RAM.
         TypeError, ValueError: a bad argument, named with the value given.
     """

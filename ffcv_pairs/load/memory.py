@@ -11,8 +11,9 @@ import numpy as np
 from ffcv.memory_managers import OSCacheManager, ProcessCacheManager
 from ffcv.memory_managers.os_cache import OSCacheContext
 
-from ..format.reader import PairReader
+from ..format.joined import DatasetReader, JoinedReader
 from ..format.schema import PairSchema
+from .joined_mapping import map_joined
 
 __all__ = ["PairOSCacheManager", "PairProcessCacheManager", "SamplePages"]
 
@@ -27,9 +28,9 @@ class _PointerManager:
     is deliberately not called.
     """
 
-    reader: PairReader
+    reader: DatasetReader
 
-    def _attach(self, reader: PairReader) -> None:
+    def _attach(self, reader: DatasetReader) -> None:
         self.reader = reader
         self.ptrs = self.sizes = np.zeros(0, dtype=np.uint64)
 
@@ -40,11 +41,14 @@ class _PointerManager:
 
 
 class PairOSCacheManager(_PointerManager, OSCacheManager):
-    """Upstream's OS-cache memory manager: one shared mapping of the file."""
+    """Upstream's OS-cache memory manager: one shared mapping of the file, or of a
+    dataset's shards laid end to end (:mod:`.joined_mapping`)."""
 
-    def __init__(self, reader: PairReader):
+    def __init__(self, reader: DatasetReader):
         self._attach(reader)
         self.context = OSCacheContext(self)
+        if isinstance(reader, JoinedReader):  # upstream's context maps one file itself
+            self.context.mmap = map_joined(reader.files, reader.bases.tolist(), reader.file_size)
 
 
 class SamplePages:
@@ -55,7 +59,7 @@ class SamplePages:
     dict of sets built for all samples at start-up.
     """
 
-    def __init__(self, reader: PairReader):
+    def __init__(self, reader: DatasetReader):
         self.shift = reader.page_shift
         self.ptrs = [reader.image_pointers(name) for name in PairSchema.IMAGE_FIELDS]
 
@@ -73,6 +77,12 @@ class PairProcessCacheManager(_PointerManager, ProcessCacheManager):
     share a node.
     """
 
-    def __init__(self, reader: PairReader):
+    def __init__(self, reader: DatasetReader):
+        if isinstance(reader, JoinedReader):
+            raise ValueError(
+                f"{reader.path}: os_cache=False reads one file through upstream's page "
+                f"readers; a dataset of {len(reader.shards)} shards is read through the OS "
+                f"cache (os_cache=True, the default)"
+            )
         self._attach(reader)
         self.sample_to_pages = SamplePages(reader)

@@ -48,7 +48,7 @@ from ffcv.pipeline.compiler import Compiler
 from ffcv.pipeline.graph import Graph
 
 from ..errors import FfcvPairsError
-from ..format.reader import PairReader
+from ..format.joined import DatasetReader
 from ..kernels.launches import kernel_launches
 from .delivery.stage import DeviceStage
 from .memory import PairOSCacheManager, PairProcessCacheManager
@@ -342,7 +342,7 @@ class EpochThread(threading.Thread):
 class LoaderShim:
     """What an epoch thread reads from its loader (the names upstream's loader uses)."""
 
-    reader: PairReader
+    reader: DatasetReader
     batch_size: int
     batches_ahead: int
     num_workers: int
@@ -354,7 +354,7 @@ class LoaderShim:
     watch: FileWatch | None = None
 
 
-def build_graph(reader: PairReader, specs: dict[str, PipelineSpec]) -> tuple[BufferGraph, Any]:
+def build_graph(reader: DatasetReader, specs: dict[str, PipelineSpec]) -> tuple[BufferGraph, Any]:
     field_ix = {name: i for i, name in enumerate(reader.handlers)}
     # memory_read is None: our decoders read through the metadata pointers.
     graph = BufferGraph(specs, reader.handlers, field_ix, reader.metadata, None)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._checks import integer
 from ..format.integrity import load_manifest
-from ..format.reader import PairReader
+from ..format.joined import DatasetReader, JoinedReader, content_digest
 from .elastic import MAX_BATCH, Segment
 from .index import PageIndex
 from .order import OrderSpec
@@ -45,9 +45,12 @@ FIXED = {
 }
 
 
-def file_identity(reader: PairReader) -> str:
+def file_identity(reader: DatasetReader) -> str:
     """The file's digest from its sidecar (the root over page digests, or a format-1
-    sidecar's SHA-256 of the file), or its size and a digest of its header."""
+    sidecar's SHA-256 of the file), or its size and a digest of its header; for a dataset
+    of shards, its manifest's digest (a changed manifest is another dataset)."""
+    if isinstance(reader, JoinedReader):
+        return reader.identity()
     manifest = load_manifest(reader)
     if manifest is not None and (manifest.root_sha256 or manifest.sha256):
         return f"sha256:{manifest.root_sha256 or manifest.sha256}"
@@ -71,7 +74,7 @@ def _hash_range(f: BinaryIO, h: hashlib.blake2b, start: int, end: int) -> None:
         start += len(data)
 
 
-def content_identity(reader: PairReader) -> str:
+def content_identity(reader: DatasetReader) -> str:
     """A digest of the file's own bytes, whatever its sidecar: the header, field table
     and metadata, the allocation table, and the first 4 KiB of 128 samples' images spread
     evenly over the allocation table (two files of the same shape and count share every
@@ -79,6 +82,8 @@ def content_identity(reader: PairReader) -> str:
     a small file's images fill a sliver of its first page, which even offsets would miss.
     It tells one file from another, not an intact file from a corrupt one (that is
     ``verify``'s job), and reads the tables plus at most 512 KiB."""
+    if isinstance(reader, JoinedReader):  # each shard's, in order
+        return content_digest(reader, content_identity)
     h = hashlib.blake2b(digest_size=16)
     start, end = reader.metadata_end, int(reader.header["alloc_table_ptr"])
     allocs = reader.alloc_table
@@ -99,7 +104,7 @@ def _indices_identity(index: PageIndex, num_samples: int) -> str:
     return f"{index.num_samples}:{digest[:16]}"
 
 
-def resume_fingerprint(reader: PairReader, index: PageIndex, spec: OrderSpec) -> dict[str, Any]:
+def resume_fingerprint(reader: DatasetReader, index: PageIndex, spec: OrderSpec) -> dict[str, Any]:
     """What the epoch's order depends on: the fixed fields and this world's settings.
     Reads the file's tables (:func:`content_identity`): call it when a state is needed."""
     return {

@@ -12,7 +12,7 @@ from ffcv.transforms import ToTensor
 from ..augment.config import PairAugment
 from ..augment.ops import cpu_ops, device_ops
 from ..augment.placement import place_ops
-from ..format.reader import PairReader
+from ..format.joined import DatasetReader
 from ..format.schema import PairSchema
 from .decoders import JpegPairDecoder, LabelDecoder, PairDecoder, TakeField
 from .delivery.stage import Finisher
@@ -27,7 +27,7 @@ def _finisher(op: Operation) -> Finisher:
 
 
 def pair_specs(
-    reader: PairReader,
+    reader: DatasetReader,
     augment: PairAugment | None,
     clock: np.ndarray,
     stats: tuple[np.ndarray, dict[str, str | None]] | None,

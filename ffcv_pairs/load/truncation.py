@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,39 +51,44 @@ class BetonChangedError(BetonError):
 
 
 class FileWatch:
-    """Size and modification time of a `.beton`, held from when the loader opened it."""
+    """Size and modification time of each file read (a `.beton`, or a dataset's shards),
+    held from when the loader opened them."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self._fd = os.open(path, os.O_RDONLY)
-        self._first = os.fstat(self._fd)
+    def __init__(self, paths: Sequence[Path]):
+        self.paths = list(paths)
+        self._fds = [os.open(p, os.O_RDONLY) for p in self.paths]
+        self._first = [os.fstat(fd) for fd in self._fds]
 
     def check(self) -> None:
-        """Raise if the file was truncated or written to since it was opened.
+        """Raise if a file was truncated or written to since it was opened.
 
         Raises:
             BetonChangedError: naming the file and what changed.
         """
-        now, then = os.fstat(self._fd), self._first
-        if (now.st_size, now.st_mtime_ns) == (then.st_size, then.st_mtime_ns):
-            return
-        if now.st_size < then.st_size:
-            what = f"truncated from {then.st_size:,} to {now.st_size:,} bytes"
-        else:
-            what = f"overwritten in place (size {then.st_size:,} -> {now.st_size:,} bytes)"
-        raise BetonChangedError(
-            f"{self.path}: {what} while the loader was reading it; nothing of it was used. "
-            f"Replace a .beton by writing a new file and renaming it over the old one (the "
-            f"writer does), then make a new loader"
-        )
+        for path, fd, then in zip(self.paths, self._fds, self._first):
+            now = os.fstat(fd)
+            if (now.st_size, now.st_mtime_ns) != (then.st_size, then.st_mtime_ns):
+                raise _changed(path, then.st_size, now.st_size)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
 
     def __del__(self) -> None:
         self.close()
+
+
+def _changed(path: Path, then: int, now: int) -> BetonChangedError:
+    if now < then:
+        what = f"truncated from {then:,} to {now:,} bytes"
+    else:
+        what = f"overwritten in place (size {then:,} -> {now:,} bytes)"
+    return BetonChangedError(
+        f"{path}: {what} while the loader was reading it; nothing of it was used. "
+        f"Replace a .beton by writing a new file and renaming it over the old one (the "
+        f"writer does), then make a new loader"
+    )
 
 
 # -- the SIGBUS handler ------------------------------------------------------------------

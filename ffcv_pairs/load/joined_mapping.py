@@ -1,0 +1,84 @@
+"""Several files mapped read-only into one contiguous address range.
+
+A dataset of shards is read as one file (:class:`~ffcv_pairs.format.joined.JoinedReader`):
+shard ``k`` at byte ``bases[k]`` of one mapping. Python's ``mmap`` cannot place a mapping,
+so this reserves the whole range with an anonymous ``PROT_NONE`` mapping and maps each
+file over its part with ``MAP_FIXED`` (libc's ``mmap`` through ctypes). The gaps between
+files (up to a page) stay inaccessible. The page cache is shared as for one file: every
+rank of a node maps the same pages.
+
+The range is unmapped when the last array viewing it is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["map_joined"]
+
+_PROT_NONE = 0
+_MAP_FIXED = 0x10
+_MAP_NORESERVE = 0x4000
+_FAILED = ctypes.c_void_p(-1).value
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def _check(result: int | None, what: str) -> int:
+    if result is None or result == _FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def map_joined(paths: Sequence[Path], bases: Sequence[int], total: int) -> np.ndarray:
+    """A read-only uint8 array of ``total`` bytes: file ``paths[k]`` at ``bases[k]``.
+
+    Raises:
+        OSError: naming the file that could not be mapped.
+    """
+    libc = _libc()
+    span = -(-max(total, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+    start = _check(libc.mmap(None, span, _PROT_NONE, flags, -1, 0), "reserving the range")
+    try:
+        for path, base in zip(paths, bases):
+            size = os.path.getsize(path)
+            if size == 0:
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                at = libc.mmap(
+                    start + int(base), size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0
+                )
+                _check(at, f"{path}: mapping it")
+            finally:
+                os.close(fd)
+    except BaseException:
+        libc.munmap(start, span)
+        raise
+    holder = (ctypes.c_uint8 * total).from_address(start)
+    weakref.finalize(holder, libc.munmap, start, span)
+    array = np.frombuffer(memoryview(holder), dtype=np.uint8)
+    array.setflags(write=False)
+    return array

@@ -1,0 +1,280 @@
+"""A dataset of several `.beton` shards read as one (format/joined.py, load/joined_mapping.py):
+the same samples, bytes and augmentation as one file of the same samples, in every order and
+rank layout; resume across shards; a changed manifest or shard refused by name."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_arrays
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ffcv_pairs import ArraySource, BetonError, PairAugment, make_loader, write_pairs
+from ffcv_pairs.format.joined import JoinedReader
+from ffcv_pairs.format.shards import DatasetManifest, add_shards, merge_parts
+from ffcv_pairs.load.index import PageIndex
+from ffcv_pairs.load.order import OrderSpec, epoch_order
+from ffcv_pairs.load.pipeline import LoaderError
+
+N = 240
+CUTS = (0, 50, 170, 240)  # three shards of 50, 120 and 70 pairs
+PAGE_SIZES = (4096, 8192, 4096)  # shards may differ in page size
+KW = {"batch_size": 16, "seed": 5, "drop_last": False}
+
+
+def _write(path: Path, a: np.ndarray, b: np.ndarray, labels: np.ndarray, **kw) -> Path:
+    kw = {"page_size": 4096, **kw}
+    write_pairs(ArraySource(a, b, labels), path, workers=1, progress=False, **kw)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(one file of N pairs, a manifest of the same pairs in three shards)."""
+    root = tmp_path_factory.mktemp("shards")
+    a, b, labels = make_arrays(N, shape=(3, 12, 12), seed=7)
+    one = _write(root / "one.beton", a, b, labels)
+    shards = [
+        _write(root / "parts" / f"s{k}.beton", a[lo:hi], b[lo:hi], labels[lo:hi], page_size=ps)
+        for k, (lo, hi, ps) in enumerate(zip(CUTS, CUTS[1:], PAGE_SIZES))
+    ]
+    manifest = root / "all.json"
+    merge_parts(shards, manifest).save(manifest)
+    return one, manifest
+
+
+def _by_label(path: Path, **kw) -> dict[int, tuple[bytes, bytes]]:
+    out = {}
+    for xa, xb, lab in make_loader(path, **{**KW, **kw}):
+        for i, y in enumerate(lab.tolist()):
+            assert y not in out, f"sample {y} twice in one epoch"
+            out[y] = (xa[i].numpy().tobytes(), xb[i].numpy().tobytes())
+    return out
+
+
+@pytest.mark.parametrize("order", ["sequential", "quasi_random", "random"])
+@pytest.mark.parametrize(
+    "augment",
+    [
+        None,
+        # flips alone: contrast's means come from each shard's stored statistics
+        {"hflip": 0.5, "vflip": 0.5, "contrast": 0.3, "contrast_paired": False},
+        {"hflip": 0.5, "crop": (10, 10), "crop_padding": 2, "brightness": 0.2},
+    ],
+)
+def test_shards_give_the_samples_and_bytes_of_one_file(
+    dataset: tuple[Path, Path], order: str, augment: dict | None
+) -> None:
+    one, manifest = dataset
+    aug = None if augment is None else PairAugment(**augment)
+    single = _by_label(one, order=order, augment=aug)
+    joined = _by_label(manifest, order=order, augment=aug)
+    assert sorted(joined) == list(range(N))
+    assert joined == single
+
+
+def test_sequential_order_runs_through_the_shards_in_manifest_order(
+    dataset: tuple[Path, Path],
+) -> None:
+    _, manifest = dataset
+    a, _, _ = make_arrays(N, shape=(3, 12, 12), seed=7)
+    got = [y for _, _, lab in make_loader(manifest, **KW, order="sequential") for y in lab.tolist()]
+    assert got == list(range(N))
+    xa, _, _ = next(iter(make_loader(manifest, **{**KW, "batch_size": 60, "order": "sequential"})))
+    assert np.array_equal(xa.numpy(), a[:60])  # across the first shard's end
+
+
+def test_the_joined_reader_places_each_shard_on_its_own_pages(dataset: tuple[Path, Path]) -> None:
+    _, manifest = dataset
+    reader = JoinedReader(manifest)
+    assert reader.page_size == max(PAGE_SIZES) and reader.num_samples == N
+    assert list(reader.offsets) == list(CUTS)
+    assert all(int(base) % reader.page_size == 0 for base in reader.bases)
+    ptrs = reader.image_pointers("A")
+    pages = ptrs >> reader.page_shift
+    for k in range(1, len(CUTS) - 1):  # no page holds samples of two shards
+        assert pages[CUTS[k] - 1] < pages[CUTS[k]]
+        assert int(ptrs[CUTS[k]]) >= int(reader.bases[k])
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    world=st.integers(1, 6),
+    batch=st.sampled_from([1, 3, 8, 16]),
+    drop_last=st.booleans(),
+    order=st.sampled_from(["quasi_random", "random", "sequential"]),
+    epoch=st.integers(0, 3),
+)
+def test_every_rank_gets_equal_batches_and_no_sample_twice(
+    dataset: tuple[Path, Path], world: int, batch: int, drop_last: bool, order: str, epoch: int
+) -> None:
+    _, manifest = dataset
+    reader = JoinedReader(manifest)
+    index = PageIndex.build(reader)
+    orders = [
+        epoch_order(index, OrderSpec(order, batch, 5, rank, world, drop_last, 2), epoch)
+        for rank in range(world)
+    ]
+    lengths = {len(o) for o in orders}
+    assert len(lengths) == 1, f"ranks read {sorted(len(o) for o in orders)} samples"
+    every = np.concatenate(orders)
+    held = int(next(iter(lengths)))
+    if drop_last:
+        assert held % batch == 0
+        assert len(np.unique(every)) == len(every), "a sample twice in one epoch"
+    else:
+        assert set(every.tolist()) == set(range(N)), "a sample lost"
+    assert world * held >= (N // (world * batch)) * world * batch
+
+
+def test_ranks_of_a_dataset_read_what_ranks_of_one_file_read(dataset: tuple[Path, Path]) -> None:
+    one, manifest = dataset
+    for rank in range(3):
+        kw = {"rank": rank, "world_size": 3, "order": "quasi_random"}
+        ids_one = np.concatenate([lab.numpy() for _, _, lab in make_loader(one, **KW, **kw)])
+        ids_all = np.concatenate([lab.numpy() for _, _, lab in make_loader(manifest, **KW, **kw)])
+        assert len(ids_one) == len(ids_all)
+        assert len(np.unique(ids_all)) == len(ids_all)
+
+
+def test_resume_mid_epoch_across_shards(dataset: tuple[Path, Path]) -> None:
+    _, manifest = dataset
+    kw = {**KW, "order": "quasi_random", "augment": PairAugment(hflip=0.5, brightness=0.2)}
+    full = [(lab.tolist(), xa.clone()) for xa, _, lab in make_loader(manifest, **kw)]
+    first = make_loader(manifest, **kw)
+    it = iter(first)
+    for _ in range(6):
+        next(it)
+    state = first.state_dict()
+    assert state["batches_consumed"] == 6
+    resumed = make_loader(manifest, **kw)
+    resumed.load_state_dict(state)
+    rest = [(lab.tolist(), xa.clone()) for xa, _, lab in resumed]
+    assert [r[0] for r in rest] == [f[0] for f in full[6:]]
+    assert all(
+        np.array_equal(x.numpy(), y[1].numpy()) for x, y in zip([r[1] for r in rest], full[6:])
+    )
+
+
+def test_a_state_of_another_manifest_is_refused_by_name(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(64, seed=3)
+    shards = [
+        _write(
+            tmp_path / f"s{k}.beton",
+            a[32 * k : 32 * k + 32],
+            b[32 * k : 32 * k + 32],
+            labels[32 * k : 32 * k + 32],
+        )
+        for k in range(2)
+    ]
+    manifest = tmp_path / "d.json"
+    add_shards(manifest, shards[:1])
+    loader = make_loader(manifest, batch_size=8)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    add_shards(manifest, shards[1:])  # appended: another dataset
+    grown = make_loader(manifest, batch_size=8)
+    with pytest.raises(ValueError, match=r"d\.json: cannot resume .* differs"):
+        grown.load_state_dict(state)
+
+
+def test_a_loader_keeps_reading_the_dataset_it_opened_after_an_append(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(64, seed=4)
+    first = _write(tmp_path / "s0.beton", a[:40], b[:40], labels[:40])
+    second = _write(tmp_path / "s1.beton", a[40:], b[40:], labels[40:])
+    manifest = tmp_path / "d.json"
+    add_shards(manifest, [first])
+    old = make_loader(manifest, batch_size=8)
+    before = DatasetManifest.load(manifest).to_bytes()
+    add_shards(manifest, [second])
+    assert DatasetManifest.load(manifest).num_samples == 64
+    assert before != manifest.read_bytes()
+    seen = [y for _, _, lab in old for y in lab.tolist()]
+    assert sorted(seen) == list(range(40))
+    new = [y for _, _, lab in make_loader(manifest, batch_size=8) for y in lab.tolist()]
+    assert sorted(new) == list(range(64))
+
+
+def test_a_shard_that_differs_from_its_entry_is_refused_by_name(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(64, seed=5)
+    shards = [
+        _write(
+            tmp_path / f"s{k}.beton",
+            a[32 * k : 32 * k + 32],
+            b[32 * k : 32 * k + 32],
+            labels[32 * k : 32 * k + 32],
+        )
+        for k in range(2)
+    ]
+    manifest = tmp_path / "d.json"
+    add_shards(manifest, shards)
+    # s1 rewritten (renamed over, as the writer does) with other pixels: same size, new digest
+    _write(tmp_path / "s1.beton", b[32:], a[32:], labels[32:])
+    with pytest.raises(BetonError, match=r"s1\.beton: digest .* differs from .*d\.json"):
+        make_loader(manifest, batch_size=8)
+    os.remove(shards[0])
+    with pytest.raises(BetonError, match=r"s0\.beton: no such file \(a shard of .*d\.json\)"):
+        make_loader(manifest, batch_size=8)
+
+
+def test_a_shard_changed_in_place_mid_epoch_is_named(tmp_path: Path) -> None:
+    a, b, labels = make_arrays(64, seed=6)
+    shards = [
+        _write(
+            tmp_path / f"s{k}.beton",
+            a[32 * k : 32 * k + 32],
+            b[32 * k : 32 * k + 32],
+            labels[32 * k : 32 * k + 32],
+        )
+        for k in range(2)
+    ]
+    manifest = tmp_path / "d.json"
+    add_shards(manifest, shards)
+    loader = make_loader(manifest, batch_size=4, batches_ahead=1)
+    it = iter(loader)
+    next(it)
+    with open(shards[1], "r+b") as f:  # appended to in place: size and mtime change
+        f.seek(0, os.SEEK_END)
+        f.write(b"\0" * 16)
+    with pytest.raises(LoaderError, match=r"s1\.beton: overwritten in place"):
+        for _ in it:
+            pass
+
+
+def test_the_process_cache_is_refused_for_a_dataset_with_a_reason(
+    dataset: tuple[Path, Path],
+) -> None:
+    _, manifest = dataset
+    with pytest.raises(ValueError, match=r"all\.json: os_cache=False .* 3 shards"):
+        make_loader(manifest, batch_size=8, os_cache=False)
+
+
+def test_a_jpeg_dataset_of_shards_gives_the_bytes_of_one_file(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    n = 60
+    a = rng.integers(0, 256, (n, 24, 24, 3), dtype=np.uint8)
+    b = rng.integers(0, 256, (n, 24, 24, 3), dtype=np.uint8)
+    labels = np.arange(n)
+    one = _write(tmp_path / "one.beton", a, b, labels, codec="jpeg", page_size=1 << 14)
+    shards = [
+        _write(
+            tmp_path / f"s{k}.beton",
+            a[lo:hi],
+            b[lo:hi],
+            labels[lo:hi],
+            codec="jpeg",
+            page_size=1 << 14,
+        )
+        for k, (lo, hi) in enumerate([(0, 25), (25, 60)])
+    ]
+    manifest = tmp_path / "d.json"
+    add_shards(manifest, shards)
+    aug = PairAugment(hflip=0.5, resized_crop=(16, 16))
+    assert _by_label(manifest, augment=aug) == _by_label(one, augment=aug)

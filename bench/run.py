@@ -21,6 +21,7 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --jpeg-larger-than-ram  # raw 1.5x RAM against JPEG (fits)
     .venv/bin/python -m bench --first-batch           # import + first batch, empty/warm cache
     .venv/bin/python -m bench --first-batch --first-batch-tree /tmp/before  # + an older tree
+    .venv/bin/python -m bench --shards                # 1, 30, 300 shards vs one file
     .venv/bin/python -m bench --user-scale 200000     # the user's day, about 20 minutes
     .venv/bin/python -m bench --user-scale-sizes 100000,300000,1000000,3000000  # one source
 
@@ -125,6 +126,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="PATH",
         help="with --first-batch: also 'ours (before)' from this source tree (PYTHONPATH=PATH), "
         "e.g. one unpacked by git archive COMMIT | tar -x -C PATH",
+    )
+    p.add_argument(
+        "--shards",
+        action="store_true",
+        help="only the shards report: start-up and pairs/s of 3M tiny samples as 1, 30 and "
+        "300 shards (bench/tables/shards.py); with --smoke, 30k samples and one round",
     )
     p.add_argument(
         "--user-scale",
@@ -257,6 +264,22 @@ def _first_batch(args: argparse.Namespace, argv: list[str] | None) -> int:
     return 0
 
 
+def _shards(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from bench.core.machine import describe_machine
+    from bench.core.settings import BENCH_DIR
+    from bench.tables.shards import measure_shards, write_shards_report
+
+    n = 30_000 if args.smoke else (args.n or 3_000_000)
+    rounds = args.rounds or (1 if args.smoke else 3)
+    work = (args.work or BENCH_DIR / ".work") / "shards"
+    res = measure_shards(work, n, (1, 30, 300), rounds)
+    res["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    res["machine"] = describe_machine()
+    date = args.date or datetime.date.today().isoformat()
+    sys.stdout.write(f"{write_shards_report(res, args.out or BENCH_DIR / 'results', date)}\n")
+    return 0
+
+
 def _user_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     from bench.scale.user_scale import UserScaleConfig, check_user_scale, run_user_scale
 
@@ -304,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         return _jpeg(args)
     if args.first_batch or args.first_batch_tree:
         return _first_batch(args, argv)
+    if args.shards:
+        return _shards(args, argv)
     try:
         cfg = _config(args)
         keys = _keys(args.only)

@@ -278,3 +278,14 @@ def test_a_jpeg_dataset_of_shards_gives_the_bytes_of_one_file(tmp_path: Path) ->
     add_shards(manifest, shards)
     aug = PairAugment(hflip=0.5, resized_crop=(16, 16))
     assert _by_label(manifest, augment=aug) == _by_label(one, augment=aug)
+
+
+def test_the_datamodule_reads_a_manifest(dataset: tuple[Path, Path]) -> None:
+    from ffcv_pairs import PairDataModule
+
+    _, manifest = dataset
+    dm = PairDataModule(train_path=str(manifest), val_path=str(manifest), batch_size=40)
+    assert dm.schema().a.shape == (3, 12, 12)
+    ids = [y for _, _, lab in dm.train_dataloader() for y in lab.tolist()]
+    assert len(ids) == len(set(ids)) == N - N % 40
+    assert sum(len(lab) for _, _, lab in dm.val_dataloader()) == N

@@ -13,6 +13,8 @@ same)::
     python -m ffcv_pairs write data/pt out --split train --shuffle 1 --resume
     python -m ffcv_pairs inspect out/train.beton --preview 8 --out preview.png
     python -m ffcv_pairs verify out/train.beton --against data/pt --samples 100
+    ffcv-pairs merge out/train.part-*.beton -o out/train.json  # after write --part K/N
+    ffcv-pairs write data/new out --split train --append-to out/train.json
 
 User errors print one line, ``error: <file>: <what is wrong>``, on stderr and
 exit with status 2; there is no traceback. So does a writer whose worker died;
@@ -158,9 +160,12 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
         help="continue an interrupted conversion, keeping its finished pages",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--part", default=None, metavar="K/N", help="write part K of N (from 0)")
+    p.add_argument("--append-to", default=None, metavar="M.json", help="add to this dataset")
 
 
 def _write(args: argparse.Namespace) -> int:
+    from .dataset_commands import append_shard, shard_path
     from .write.flags import merge_write_config
     from .write.source_kinds import open_sources
     from .write.writer import write_pairs
@@ -168,26 +173,31 @@ def _write(args: argparse.Namespace) -> int:
     args = merge_write_config(args)
     sources = open_sources(args.src_dir, args.split, args.source_kind)  # one directory scan
     for split, source in zip(args.split, sources):
-        report = write_pairs(
-            source,
-            args.out_dir / f"{split}.beton",
-            workers=args.workers,
-            page_size=args.page_size,
-            store_dtype=args.store_dtype,
-            quantize=args.quantize,
-            quantize_range=args.range,
-            codec=args.codec,
-            quality=args.quality,
-            limit=args.limit,
-            progress=not args.no_progress,
-            resume=args.resume,
-            shuffle_seed=args.shuffle,
-        )
+        with shard_path(args, split) as out:
+            report = write_pairs(
+                source,
+                out,
+                workers=args.workers,
+                page_size=args.page_size,
+                store_dtype=args.store_dtype,
+                quantize=args.quantize,
+                quantize_range=args.range,
+                codec=args.codec,
+                quality=args.quality,
+                limit=args.limit,
+                progress=not args.no_progress,
+                resume=args.resume,
+                shuffle_seed=args.shuffle,
+                part=args.part,
+            )
         print(report.summary())
+        if args.append_to is not None:
+            print(append_shard(args.append_to, out))
     return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from .dataset_commands import inspect_dataset, is_dataset_manifest
     from .format.integrity import open_beton
     from .inspection import preview_png, summary
     from .write.arguments import check_out_path
@@ -198,6 +208,8 @@ def _inspect(args: argparse.Namespace) -> int:
         raise ValueError(f"--preview K must be at least 1 (pairs to draw), got {args.preview}")
     if args.out is not None:
         check_out_path("--out", args.out)  # before the summary: a directory is misuse
+    if is_dataset_manifest(args.file):
+        return inspect_dataset(args.file, args.preview)
     reader = open_beton(args.file)
     print(summary(reader))
     if args.preview is not None:
@@ -214,11 +226,13 @@ def _inspect(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     """Exit 0 when everything checked matches, 1 at the first mismatch (named), 2 on
     misuse, 3 when nothing could be checked (no sidecar, no ``--against``)."""
-    from .format.integrity import load_manifest, split_of, verify_checksums
+    from .dataset_commands import part_record
+    from .format.integrity import load_manifest, verify_checksums
     from .format.reader import BetonError, PairReader, require_file
     from .format.sidecar import sidecar_to_read
     from .format.stats import STATS_SUFFIX
     from .write.compare import compare_with_source
+    from .write.parts import split_of_shard
     from .write.source_kinds import open_source, renamed_kind
 
     try:
@@ -233,7 +247,7 @@ def _verify(args: argparse.Namespace) -> int:
     source = None
     if args.against is not None:
         kind = renamed_kind(args.source_kind, args.layout, "--layout", "--source-kind")
-        source = open_source(args.against, args.split or split_of(args.file), kind)
+        source = open_source(args.against, args.split or split_of_shard(args.file), kind)
     try:
         reader = PairReader(args.file)
         manifest = load_manifest(reader)
@@ -268,6 +282,7 @@ def _verify(args: argparse.Namespace) -> int:
             store_dtype=store,
             shuffle_seed=shuffle,
             source_count=count if isinstance(count, int) else None,
+            part=part_record(manifest),
         )
         if bad is not None:
             print(f"FAIL: {args.file}: {bad.message}")
@@ -354,6 +369,8 @@ def write_main(argv: Sequence[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ffcv-pairs`` (installed by pip) and ``python -m ffcv_pairs``."""
+    from .dataset_commands import add_merge_args, is_dataset_manifest, merge, verify_dataset
+
     named = os.path.basename(sys.argv[0]) == "ffcv-pairs"
     p = _Parser(prog="ffcv-pairs" if named else "python -m ffcv_pairs")
     sub = p.add_subparsers(dest="command", required=True)
@@ -367,11 +384,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_warmup_args(
         sub.add_parser("warmup", help="compile the kernels a configuration needs, ahead")
     )
+    add_merge_args(sub.add_parser("merge", help="list finished .beton shards in a dataset"))
     args = p.parse_args(argv)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "write": _write,
         "inspect": _inspect,
-        "verify": _verify,
+        "verify": lambda a: verify_dataset(a) if is_dataset_manifest(a.file) else _verify(a),
         "warmup": _warmup,
+        "merge": merge,
     }
     return _guard(lambda: commands[args.command](args))

@@ -339,7 +339,7 @@ def _check_parts(entries: list[Any]) -> list[Any]:
         k = missing[0]
         lo, hi = part_slice(k, count, total)
         raise BetonError(
-            f"part {k}/{count} (samples [{lo}, {hi})) is missing"
+            f"part {k}/{count} (samples [{lo}, {hi})) of the source of {first_path} is missing"
             f"{f', and {len(missing) - 1} more' if len(missing) > 1 else ''}: a manifest is built "
             f"from every part of the source (rerun part {k} with --part {k}/{count})"
         )

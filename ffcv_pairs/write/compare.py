@@ -5,12 +5,15 @@ encode of its source (the encoder is deterministic)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..format.integrity import Mismatch
 from ..format.reader import BetonError, PairReader
 from ..format.schema import PairSchema
 from .encode import encode_jpeg
+from .parts import SliceSource
 from .shuffle import Permutation
 from .sources import PairSource, cast_to_store, quantize_floats, to_array, to_label
 
@@ -52,6 +55,7 @@ def compare_with_source(
     store_dtype: str | None = None,
     shuffle_seed: int | None = None,
     source_count: int | None = None,
+    part: dict[str, Any] | None = None,
 ) -> Mismatch | None:
     """Compare ``source``'s length, then ``samples`` random samples (all when None) with
     ``source``, bit-exactly.
@@ -59,16 +63,15 @@ def compare_with_source(
     ``shuffle_seed`` (from the sidecar) maps each position of the file to its source
     index through :class:`~ffcv_pairs.write.shuffle.Permutation`. ``source_count`` (from
     the sidecar) is how many samples the source held when the file was written, more
-    than the file's under ``--limit``; None: as many as the file holds.
+    than the file's under ``--limit``; None: as many as the file holds. ``part`` (from
+    the sidecar, see :data:`~ffcv_pairs.format.shards.PART_KEY`): the file holds that
+    slice of ``source`` (``write --part``), and is compared with it.
     """
     n = reader.num_samples
-    if source_count is not None and len(source) != source_count:
-        return Mismatch(
-            f"source has {len(source)} samples, but the file was written from "
-            f"{source_count} (its sidecar says)"
-        )
-    if len(source) < n or (source_count is None and len(source) != n):
-        return Mismatch(f"source has {len(source)} samples, the file {n}")
+    checked = _what_was_written(source, n, source_count, part)
+    if isinstance(checked, Mismatch):
+        return checked
+    source = checked
     ids = (
         np.arange(n)
         if samples is None or samples >= n
@@ -102,6 +105,29 @@ def compare_with_source(
         if to_label(raw[2], where) != int(labels[sid]):
             return Mismatch(f"{at}: label {int(labels[sid])} differs from {where}")
     return None
+
+
+def _what_was_written(
+    source: PairSource, n: int, source_count: int | None, part: dict[str, Any] | None
+) -> PairSource | Mismatch:
+    """The samples of ``source`` a file of ``n`` was written from (a part's slice of it),
+    or how its length differs from what the sidecar says."""
+    if source_count is not None and len(source) != source_count:
+        return Mismatch(
+            f"source has {len(source)} samples, but the file was written from "
+            f"{source_count} (its sidecar says)"
+        )
+    if part is not None:
+        first, stop = int(part["first"]), int(part["stop"])
+        if len(source) < stop:
+            return Mismatch(
+                f"source has {len(source)} samples, but the file is part "
+                f"{part['index']}/{part['count']}, samples [{first}, {stop}) of it"
+            )
+        source, source_count = SliceSource(source, first, stop), None
+    if len(source) < n or (source_count is None and len(source) != n):
+        return Mismatch(f"source has {len(source)} samples, the file {n}")
+    return source
 
 
 def _code_error(codes: np.ndarray, values: np.ndarray, lo: float, hi: float) -> str | None:

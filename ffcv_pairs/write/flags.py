@@ -13,6 +13,7 @@ from typing import Any
 from .._checks import integer, one_of, optional
 from ..format import layout
 from . import arguments
+from .parts import check_part
 from .source_kinds import SOURCE_KINDS, renamed_kind
 
 __all__ = ["WRITE_KEYS", "merge_write_config"]
@@ -32,6 +33,8 @@ WRITE_KEYS = (
     "codec",
     "quality",
     "shuffle",
+    "part",
+    "append_to",
 )
 
 
@@ -41,6 +44,23 @@ def _directory(name: str, value: Any) -> Path:
     path = Path(value)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{name} {path}: is a file, not a directory")
+    return path
+
+
+def _manifest_file(name: str, value: Any) -> Path | None:
+    """None, or the path of a dataset manifest to append to: ``<name>.json``."""
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{name} must be a path, got {value!r} ({type(value).__name__})")
+    path = Path(value)
+    if path.suffix != ".json" or path.name.endswith(".beton.json"):
+        raise ValueError(
+            f"{name} {path}: a dataset manifest is named <name>.json (not a .beton's sidecar "
+            f"<file>.beton.json)"
+        )
+    if path.is_dir():
+        raise ValueError(f"{name} {path}: is a directory, not a dataset manifest")
     return path
 
 
@@ -98,11 +118,29 @@ def _write_option(key: str, name: str, value: Any) -> Any:
         "codec": lambda n, v: v,  # checked with quality, below
         "quality": lambda n, v: optional(integer)(n, v, 1, 100),
         "shuffle": arguments.check_shuffle_seed,
+        "part": check_part,
+        "append_to": _manifest_file,
     }
     try:
         return checks[key](name, value)
     except TypeError as e:
         raise ValueError(str(e)) from None
+
+
+def _check_append(args: argparse.Namespace) -> None:
+    """``--append-to`` appends one whole shard of one split."""
+    if args.append_to is None:
+        return
+    if args.part is not None:
+        raise ValueError(
+            f"--append-to {args.append_to} goes without --part: append one whole shard, or "
+            f"write every part and list them with `ffcv-pairs merge`"
+        )
+    if len(args.split) != 1:
+        raise ValueError(
+            f"--append-to {args.append_to} appends one split's shard: give one --split, got "
+            f"{len(args.split)} ({', '.join(args.split)})"
+        )
 
 
 def merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
@@ -140,4 +178,5 @@ def merge_write_config(args: argparse.Namespace) -> argparse.Namespace:
         setattr(args, key, _write_option(key, name, getattr(args, key)))
     arguments.check_quantize("--quantize", args.quantize, "--range", args.range, args.store_dtype)
     arguments.check_codec("--codec", args.codec, "--quality", args.quality)
+    _check_append(args)
     return args

@@ -27,6 +27,7 @@ from typing import Any
 from .._checks import flag, integer, optional
 from .._fileio import pwrite_all
 from ..format.layout import BetonLayout, PackedLayout
+from ..format.shards import PART_KEY
 from .activity import Board, step_words
 from .arguments import (
     StoreDtype,
@@ -49,6 +50,7 @@ from .finish import (
 )
 from .journal import Journal, journal_path
 from .packing import PackedConversion
+from .parts import SliceSource, check_part, take_part
 from .plan import make_plan
 from .pool import WriteError, run_tasks, signals_as_exceptions
 from .shuffle import Permutation
@@ -152,6 +154,7 @@ def write_pairs(
     progress: bool = True,
     resume: bool = False,
     shuffle_seed: int | None = None,
+    part: tuple[int, int] | str | None = None,
 ) -> WriteReport:
     """Write ``source`` to the `.beton` at ``path`` plus its ``path.json`` checksum sidecar.
 
@@ -180,7 +183,11 @@ def write_pairs(
         resume: Keep the finished pages of an interrupted run of the same conversion.
         shuffle_seed: Write the samples in the seeded order of
             :class:`~ffcv_pairs.write.shuffle.Permutation` instead of source order; an
-            integer in ``[0, 2**64)``.
+            integer in ``[0, 2**64)``; with ``part``, a permutation of the part's samples.
+        part: ``(K, N)`` or ``"K/N"``: write only the ``K``-th of ``N`` contiguous slices
+            of the source (after ``limit``; see
+            :func:`~ffcv_pairs.format.shards.part_slice`), as a shard whose sidecar
+            records the slice, for :func:`~ffcv_pairs.format.shards.merge_parts`.
 
     Raises:
         SourceError: bad input, a changed source on resume, or another writer on
@@ -202,10 +209,15 @@ def write_pairs(
     limit = optional(integer)("limit", limit, 1)
     progress, resume = flag("progress", progress), flag("resume", resume)
     shuffle_seed = check_shuffle_seed("shuffle_seed", shuffle_seed)
+    part = check_part("part", part)
     src = as_source(source)
     n = len(src) if limit is None else min(len(src), limit)
     if n == 0:
         raise SourceError(f"{src.describe()}: source is empty")
+    record = None
+    if part is not None:
+        src, record = take_part(src, part, n)
+        n = len(src)
     conv = Converter(store_dtype, q)
     schema = conv.infer(src, jpeg)
     layout: BetonLayout | PackedLayout
@@ -214,7 +226,7 @@ def write_pairs(
     else:
         layout = BetonLayout(schema, n, page_size)
     order = None if shuffle_seed is None else Permutation(n, shuffle_seed)
-    if isinstance(src, BatchedSource):
+    if isinstance(src, BatchedSource | SliceSource):
         src.release()  # workers load their own batch files
     fingerprint = src.fingerprint() | {
         "samples written": n,
@@ -224,6 +236,8 @@ def write_pairs(
         "quantize": None if q is None else [q.lo, q.hi],
         "shuffle seed": shuffle_seed,
     }
+    if record is not None:  # which slice of which source: merge_parts checks the parts
+        fingerprint[PART_KEY] = record
     files = Outputs.of(out)
     with signals_as_exceptions():
         try:

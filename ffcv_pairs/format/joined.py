@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,35 +54,55 @@ def _check_entry(reader: PairReader, entry: Any, manifest: Path) -> None:
 
 
 class JoinedReader:
-    """A dataset manifest's shards as one file (see the module docstring).
+    """The shards of one or more datasets as one file (see the module docstring).
+
+    Args:
+        path: A dataset manifest; or, for a mixture, a list of manifests and `.beton`
+            files (each a dataset of one shard), laid end to end in that order.
+        full_check: Check every checksum of every shard on open.
 
     Attributes:
-        path: The manifest.
-        manifest: Its :class:`~ffcv_pairs.format.shards.DatasetManifest`.
+        path: The manifest (for a mixture, the first dataset's path).
+        paths: Every dataset's path, in order.
         shards: Each shard's :class:`~ffcv_pairs.format.reader.PairReader`.
         bases: uint64 ``(shards,)``: where each shard starts in the joined file.
         offsets: int64 ``(shards + 1,)``: each shard's first global sample id, and the total.
+        dataset_offsets: int64 ``(datasets + 1,)``: each dataset's first global sample id.
         file_size: Bytes from the first shard's start to the last one's end.
     """
 
-    def __init__(self, path: str | os.PathLike[str], full_check: bool = False):
-        self.path = Path(path)
-        self.manifest = DatasetManifest.load(self.path)
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        full_check: bool = False,
+    ):
+        given = [path] if isinstance(path, str | os.PathLike) else list(path)
+        self.paths = [Path(p) for p in given]
+        if not self.paths:
+            raise ValueError("a mixture needs at least one dataset")
+        self.path = self.paths[0]
         self.shards: list[PairReader] = []
-        for shard, entry in zip(self.manifest.paths(self.path), self.manifest.shards):
-            try:
-                reader = open_beton(shard, full_check=full_check)
-            except BetonError as e:
-                raise BetonError(f"{e} (a shard of {self.path})") from None
-            _check_entry(reader, entry, self.path)
-            self.shards.append(reader)
+        self._identities: list[str] = []
+        counts = [0]
+        for dataset in self.paths:
+            held = self._open(dataset, full_check)
+            counts.append(counts[-1] + sum(r.num_samples for r in held))
+            self.shards += held
+        self.dataset_offsets = np.asarray(counts, dtype=np.int64)
         first = self.shards[0]
         self.schema: PairSchema = first.schema
+        for reader in self.shards:
+            if reader.schema != self.schema:
+                raise BetonError(
+                    f"{reader.path} holds {reader.schema.describe()}, but {first.path} holds "
+                    f"{self.schema.describe()}: datasets read together must have one schema"
+                )
         self.handlers = first.handlers
         self.field_names = first.field_names
         self.metadata_type = first.metadata_type
         self.page_size = max(int(r.page_size) for r in self.shards)
-        self.offsets = self.manifest.offsets
+        sizes = [r.num_samples for r in self.shards]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.num_samples = int(self.offsets[-1])
         ends, base = [], 0
         for reader in self.shards:
@@ -91,6 +112,28 @@ class JoinedReader:
         self.file_size = int(self.bases[-1]) + self.shards[-1].file_size
         self.metadata = self._join_metadata()
         self._sizes: np.ndarray | None = None
+
+    def _open(self, dataset: Path, full_check: bool) -> list[PairReader]:
+        """The shards of one dataset: a manifest's, checked against their entries, or one
+        `.beton`."""
+        from .shards import is_dataset_manifest
+
+        if not is_dataset_manifest(dataset):
+            reader = open_beton(dataset, full_check=full_check)
+            side = load_manifest(reader)
+            self._identities.append(f"beton:{side.digest if side else reader.file_size}")
+            return [reader]
+        manifest = DatasetManifest.load(dataset)
+        self._identities.append(f"dataset:{manifest.digest}")
+        held = []
+        for shard, entry in zip(manifest.paths(dataset), manifest.shards):
+            try:
+                reader = open_beton(shard, full_check=full_check)
+            except BetonError as e:
+                raise BetonError(f"{e} (a shard of {dataset})") from None
+            _check_entry(reader, entry, dataset)
+            held.append(reader)
+        return held
 
     @property
     def files(self) -> list[Path]:
@@ -135,8 +178,9 @@ class JoinedReader:
         return [t for r in self.shards for t in r.mapped_tables()]
 
     def identity(self) -> str:
-        """What a resume state names: the manifest's digest."""
-        return f"dataset:{self.manifest.digest}"
+        """What a resume state names: the manifest's digest (for a mixture, each
+        dataset's, in order)."""
+        return "+".join(self._identities)
 
 
 def joined_stats(reader: JoinedReader) -> tuple[np.ndarray, dict[str, str | None]] | None:
@@ -165,11 +209,13 @@ def content_digest(reader: JoinedReader, shard_identity: Any) -> str:
 DatasetReader = PairReader | JoinedReader
 
 
-def open_dataset(path: str | os.PathLike[str], full_check: bool = False) -> DatasetReader:
+def open_dataset(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], full_check: bool = False
+) -> DatasetReader:
     """A :class:`PairReader` of a `.beton`, or a :class:`JoinedReader` of a dataset
-    manifest (``.json``)."""
+    manifest (``.json``) or of a list of datasets (a mixture's)."""
     from .shards import is_dataset_manifest
 
-    if is_dataset_manifest(path):
+    if not isinstance(path, str | os.PathLike) or is_dataset_manifest(path):
         return JoinedReader(path, full_check=full_check)
     return open_beton(path, full_check=full_check)

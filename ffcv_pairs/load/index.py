@@ -124,6 +124,12 @@ class PageIndex:
         else:
             samples = selected
             ptrs = np.asarray(ptrs[samples])
+        return cls.of_pointers(samples, ptrs, shift)
+
+    @classmethod
+    def of_pointers(cls, samples: np.ndarray, ptrs: np.ndarray, shift: np.uint64) -> PageIndex:
+        """The index of ``samples`` whose images start at ``ptrs`` (``ptr >> shift``: its
+        page); ``samples`` need not be sample ids (a mixture's epoch indexes its positions)."""
         if len(ptrs) > 1 and np.any(ptrs[1:] < ptrs[:-1]):
             # Files from upstream's multi-process writer are not in page order.
             # Group by page, ids ascending within a page (the pointers of each

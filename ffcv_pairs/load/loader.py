@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,7 +32,7 @@ import torch
 
 from ..augment.config import PairAugment
 from ..format.integrity import load_stats
-from ..format.joined import JoinedReader, joined_stats, open_dataset
+from ..format.joined import JoinedReader, joined_stats
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
 from .delivery.engines import CopyEngine, CudaEngine
@@ -41,6 +41,7 @@ from .devices import resolve_device
 from .elastic import EpochPosition, batches_in, resume_epoch, resumed_order
 from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
+from .mixing import EpochSamples, absolute_source, open_streams
 from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, options_doc
 from .order import OrderKind, OrderSpec, PairTraversalOrder
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
@@ -77,13 +78,15 @@ class PairLoader:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Sequence[Any],
         config: LoaderConfig,
         copy_engine: CopyEngine | None = None,
     ):
         """Args: ``copy_engine`` replaces the GPU's (tests pass the CPU simulation)."""
         self._made_with = (config, copy_engine)  # what a pickle rebuilds it from
-        self.reader = open_dataset(path, full_check=config.verify)
+        self.reader, self.streams, mixture = open_streams(
+            path, config.epoch_size, config.indices, config.verify
+        )
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
         self.config = cfg = config.for_file(self.schema)
@@ -97,17 +100,19 @@ class PairLoader:
         #: Moves batches to the device; None on the CPU path, which touches no CUDA API.
         self.copy_engine = copy_engine
         self.index = PageIndex.build(self.reader, cfg.indices)
+        #: Each epoch's index and the sample ids of its entries (a mixture's change).
+        self.samples = EpochSamples(self.index, self.reader, mixture, cfg.seed)
         window = max(1, cfg.window_bytes // int(self.reader.page_size))
         self.spec = OrderSpec(
             cfg.order, cfg.batch_size, cfg.seed, self.rank, self.world_size, cfg.drop_last, window
         )
-        share = self.spec.num_samples(self.index.num_samples)
+        share = self.spec.num_samples(self.samples.num_samples)
         if cfg.drop_last and share == 0:
-            each = self.index.num_samples // self.world_size
+            each = self.samples.num_samples // self.world_size
             chosen = " chosen by indices" if cfg.indices is not None else ""
             raise ValueError(
                 f"{self.path}: batch_size {cfg.batch_size} is larger than this rank's share of "
-                f"{each} samples ({self.index.num_samples} samples{chosen} over world_size "
+                f"{each} samples ({self.samples.num_samples} samples{chosen} over world_size "
                 f"{self.world_size}); use a smaller batch_size or drop_last=False"
             )
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
@@ -168,7 +173,7 @@ class PairLoader:
     @property
     def num_samples(self) -> int:
         """Samples this rank reads per epoch."""
-        return self.spec.num_samples(self.index.num_samples)
+        return self.spec.num_samples(self.samples.num_samples)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run ``epoch`` (otherwise epochs count up from 0)."""
@@ -186,7 +191,7 @@ class PairLoader:
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Sample ids this rank reads in a whole ``epoch``, in order (before batching)."""
-        return resumed_order(self.index, self.spec, epoch)
+        return self.samples.ids(epoch, resumed_order(self.samples.index(epoch), self.spec, epoch))
 
     def close(self) -> None:
         """Stop the loading thread of an unfinished epoch (and wait for it)."""
@@ -217,10 +222,10 @@ class PairLoader:
         self._next_epoch = epoch + 1
         state = self._resume
         if state is None or state.epoch != epoch:
-            state = EpochPosition.start(self.index, self.spec, epoch)
+            state = EpochPosition.start(self.samples.index(epoch), self.spec, epoch)
         self._resume = None
         bs = self.batch_size
-        rest = state.order[state.now.batches * bs :]
+        rest = self.samples.ids(epoch, state.order[state.now.batches * bs :])
         self._clock[1] = epoch
         self._progress = None if state.finished else state
         if state.finished:
@@ -256,7 +261,8 @@ class PairLoader:
     @functools.cached_property
     def _fingerprint(self) -> dict[str, Any]:
         """What a resume must match; made at the first state (it reads the file's tables)."""
-        return resume_fingerprint(self.reader, self.index, self.spec)
+        index = self.samples.index(0)
+        return resume_fingerprint(self.reader, index, self.spec, self.samples.identity())
 
     def _position(self, state: EpochPosition) -> int:
         """Batches of ``state``'s epoch done, counted in this world's batches."""
@@ -298,7 +304,7 @@ class PairLoader:
         epoch = int(state["epoch"])  # checked: a non-negative integer
         self._next_epoch, self._progress, self._resume = epoch, None, None
         if segments:
-            self._resume = resume_epoch(self.index, self.spec, epoch, segments)
+            self._resume = resume_epoch(self.samples.index(epoch), self.spec, epoch, segments)
             if self.on_resume is not None:
                 self.on_resume(int(state["batches_consumed"]), self._position(self._resume))
 
@@ -324,7 +330,8 @@ class PairLoader:
             "last_batch_ids": self.last_batch_ids,
             "on_resume": self.on_resume,
         }
-        return (PairLoader, (self.path.absolute(), config, copy_engine), carried)
+        source = absolute_source(self.path, self.streams)
+        return (PairLoader, (source, config, copy_engine), carried)
 
     def __setstate__(self, carried: dict[str, Any]) -> None:
         self.load_state_dict(carried["place"])  # before the hook: nothing to align here
@@ -344,7 +351,7 @@ class PairLoader:
 
 
 def make_loader(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[Any],
     *,
     batch_size: int,
     order: OrderKind = "quasi_random",
@@ -365,6 +372,7 @@ def make_loader(
     dequantize: bool = True,
     jpeg_downscale: bool = True,
     max_ram_gb: float | None = None,
+    epoch_size: int | None = None,
 ) -> PairLoader:
     # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test
     # checks that names, types and defaults agree. The docstring is made from the fields.
@@ -378,7 +386,10 @@ make_loader.__doc__ = f"""A loader over the pair `.beton` at ``path``.
         path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
             with fields ``A``, ``B`` (NDArrayField) and ``label`` (IntField)); or a dataset
             manifest (``.json``, see :mod:`~ffcv_pairs.format.shards`) of such files, read
-            as one: sample ``g`` is sample ``g - offset`` of the shard holding it.
+            as one: sample ``g`` is sample ``g - offset`` of the shard holding it; or a
+            mixture: a list of streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or
+            ``(path, proportion)`` pairs), each epoch's samples drawn from them by their
+            weights (see :mod:`~ffcv_pairs.load.mixing`).
 {options_doc()}
 
     Raises:

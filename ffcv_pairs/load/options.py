@@ -120,6 +120,12 @@ class LoaderConfig:
     max_ram_gb: float | None = option(
         "Refuse a loader whose node-wide RAM estimate exceeds it.", None
     )
+    epoch_size: int | None = option(
+        "With a mixture of streams given as ``path``, samples per epoch (across ranks) that "
+        "their proportions share out (default: their total); see :mod:`~ffcv_pairs.load."
+        "mixing`.",
+        None,
+    )
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -154,6 +160,7 @@ class LoaderConfig:
         put("dequantize", flag("dequantize", self.dequantize))
         put("jpeg_downscale", flag("jpeg_downscale", self.jpeg_downscale))
         put("max_ram_gb", optional(number)("max_ram_gb", self.max_ram_gb, above=0))
+        put("epoch_size", optional(integer)("epoch_size", self.epoch_size, 1))
 
     def for_file(self, schema: PairSchema) -> LoaderConfig:
         """These options for a file of ``schema``: on a quantized file with ``dequantize``,

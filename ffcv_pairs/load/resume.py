@@ -104,13 +104,16 @@ def _indices_identity(index: PageIndex, num_samples: int) -> str:
     return f"{index.num_samples}:{digest[:16]}"
 
 
-def resume_fingerprint(reader: DatasetReader, index: PageIndex, spec: OrderSpec) -> dict[str, Any]:
-    """What the epoch's order depends on: the fixed fields and this world's settings.
-    Reads the file's tables (:func:`content_identity`): call it when a state is needed."""
+def resume_fingerprint(
+    reader: DatasetReader, index: PageIndex, spec: OrderSpec, mixture: str | None = None
+) -> dict[str, Any]:
+    """What the epoch's order depends on: the fixed fields and this world's settings
+    (``mixture``: a mixture's identity, which stands for the indices). Reads the file's
+    tables (:func:`content_identity`): call it when a state is needed."""
     return {
         "content": content_identity(reader),
         "file": file_identity(reader),
-        "indices": _indices_identity(index, reader.num_samples),
+        "indices": mixture or _indices_identity(index, reader.num_samples),
         "order": spec.kind,
         "window_pages": spec.window_pages,
         "seed": spec.seed,

@@ -17,9 +17,10 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from conftest import make_arrays, write_batched, write_per_sample
+from distributed import Client, LocalCluster
 from writer_proc import WAIT_SECONDS, finish, start_writer
 
-from ffcv_pairs import ArraySource, write_pairs
+from ffcv_pairs import ArraySource, open_source, write_pairs
 from ffcv_pairs.cli import main, write_main
 from ffcv_pairs.format.reader import BetonError, PairReader
 from ffcv_pairs.format.schema import PairSchema
@@ -422,3 +423,38 @@ def test_torch_distributed_ranks_write_the_parts(tmp_path: Path) -> None:
     write_pairs(ArraySource(a, b, labels), whole, **FAST)
     _assert_rows(_dataset_rows(tmp_path / "train.json"), _rows(whole))
     assert len(DatasetManifest.load(tmp_path / "train.json").shards) == world
+
+
+def _dask_part(src: str, folder: str, k: int, n: int) -> str:
+    """One Dask task: part ``k`` of ``n``, written in a worker process; returns its path."""
+    out = f"{folder}/train.part-{k:05d}-of-{n:05d}.beton"
+    write_pairs(open_source(src, "train"), out, part=(k, n), workers=1, progress=False)
+    return out
+
+
+def test_dask_tasks_write_the_parts(tmp_path: Path) -> None:
+    n, parts = 61, 3
+    a, b, labels = make_arrays(n, seed=12)
+    src = write_per_sample(tmp_path / "pt", "train", a, b, labels)
+    out = tmp_path / "out"
+    out.mkdir()
+    with (
+        LocalCluster(
+            n_workers=parts,
+            threads_per_worker=1,
+            processes=True,  # 3 worker processes stand for 3 machines
+            dashboard_address=None,
+            memory_limit=0,
+            death_timeout=120,  # a worker that cannot start fails the test, not hangs it
+        ) as cluster,
+        Client(cluster, timeout=120) as client,
+    ):
+        tasks = [client.submit(_dask_part, str(src), str(out), k, parts) for k in range(parts)]
+        done = [task.result(timeout=120) for task in tasks]  # the parts that succeeded
+    assert sorted(done) == [str(out / f"train.part-0000{k}-of-00003.beton") for k in range(3)]
+    manifest = out / "train.json"
+    merge_parts(done, manifest).save(manifest)
+    whole = tmp_path / "whole.beton"
+    write_pairs(ArraySource(a, b, labels), whole, **FAST)
+    _assert_rows(_dataset_rows(manifest), _rows(whole))
+    assert [e.samples for e in DatasetManifest.load(manifest).shards] == [20, 20, 21]

@@ -260,3 +260,29 @@ def test_unused_epoch_position_helper_is_consistent(datasets: list[Path]) -> Non
     samples = EpochSamples(PageIndex.build(reader), reader, mix, seed=0)
     pos = EpochPosition.start(samples.index(1), OrderSpec("random", 4, 0, 0, 1, False, 2), 1)
     assert sorted(samples.ids(1, pos.order).tolist()) == sorted(mix.epoch_samples(0, 1).tolist())
+
+
+def test_the_datamodule_trains_on_a_mixture_from_yaml(
+    datasets: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from ffcv_pairs import PairDataModule
+    from ffcv_pairs.train import cli_main
+
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # pytest's own flags are not the CLI's
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"data:\n  train_streams:\n    - path: {datasets[0]}\n      proportion: 0.75\n"
+        f"    - path: {datasets[1]}\n      proportion: 0.25\n  epoch_size: 80\n"
+        f"  val_path: {datasets[2]}\n  batch_size: 8\n"
+        f"trainer:\n  logger: false\n  default_root_dir: {tmp_path}\n"
+    )
+    dm = cli_main(["--config", str(config)], run=False).datamodule
+    got = Counter(_source(y) for y in _labels(dm.train_dataloader()))
+    assert [got[0], got[1], got[2]] == [60, 20, 0]
+    assert sorted(_labels(dm.val_dataloader())) == list(range(BASE[2], BASE[2] + SIZES[2]))
+    with pytest.raises(ValueError, match="give train_path or train_streams, not both"):
+        PairDataModule(str(datasets[1]), train_streams=[Stream(datasets[0])], batch_size=4)
+    with pytest.raises(ValueError, match="epoch_size=5 goes with train_streams"):
+        PairDataModule(str(datasets[1]), epoch_size=5, batch_size=4)

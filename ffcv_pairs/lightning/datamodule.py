@@ -42,6 +42,7 @@ from ..load.loader import (
     PairLoader,
     make_loader,
 )
+from ..load.mixing import Stream, as_streams
 from ..load.options import MAX_BATCH, options_doc
 from ..load.order import OrderKind
 from ..load.world import default_num_threads
@@ -54,6 +55,11 @@ class PairDataModule(L.LightningDataModule):
 
     Args:
         train_path: Training `.beton`, or dataset manifest of shards (``.json``).
+        train_streams: Instead of ``train_path``, a mixture of datasets for training: a list
+            of :class:`~ffcv_pairs.load.mixing.Stream` (in YAML, ``{path, proportion}`` or
+            ``{path, repeat}`` or ``{path, choose}`` each), drawn from by weight every epoch.
+        epoch_size: With ``train_streams`` given proportions, training samples per epoch
+            (over all devices; default their total).
         val_path: Validation `.beton` or manifest (optional).
         test_path: Test `.beton` or manifest (optional).
         predict_path: `.beton` or manifest for ``predict`` (optional).
@@ -92,6 +98,8 @@ class PairDataModule(L.LightningDataModule):
         test_path: str | None = None,
         predict_path: str | None = None,
         *,
+        train_streams: list[Stream] | None = None,
+        epoch_size: int | None = None,
         global_batch_size: int | None = None,
         batch_size: int | None = None,
         order: OrderKind = "quasi_random",
@@ -127,6 +135,14 @@ class PairDataModule(L.LightningDataModule):
                 raise TypeError(
                     f"{name} must be a path or None, got {path!r} ({type(path).__name__})"
                 )
+        if train_streams is not None:
+            if train_path is not None:
+                raise ValueError(
+                    f"give train_path or train_streams, not both (train_path={train_path!r})"
+                )
+            train_streams = as_streams(train_streams)
+        elif epoch_size is not None:
+            raise ValueError(f"epoch_size={epoch_size} goes with train_streams (a mixture)")
         given = locals()
         #: The LOADER_OPTIONS as given: every loader gets them unchanged.
         self.loader_options = {name: given[name] for name in self.LOADER_OPTIONS}
@@ -153,8 +169,9 @@ class PairDataModule(L.LightningDataModule):
                 f"or resized crop; no flips, translate or photometric jitter)"
             )
         self.save_hyperparameters(ignore=["augment", "eval_augment"])
+        self.train_streams, self.epoch_size = train_streams, epoch_size
         self.paths = {
-            "train": train_path,
+            "train": train_path if train_streams is None else str(train_streams[0].path),
             "val": val_path,
             "test": test_path,
             "predict": predict_path,
@@ -204,13 +221,19 @@ class PairDataModule(L.LightningDataModule):
         path = self.paths[split]
         if path is None:
             raise ValueError(f"PairDataModule has no {split}_path; set data.{split}_path")
-        if not os.path.exists(path):
-            raise ValueError(f"data.{split}_path: {path} does not exist")
-        rank, world, local = self._world()
         train = split == "train"
+        streams = self.train_streams if train else None
+        for where, given in (
+            [(f"data.{split}_path", path)]
+            if streams is None
+            else [(f"data.train_streams[{i}].path", s.path) for i, s in enumerate(streams)]
+        ):
+            if not os.path.exists(given):
+                raise ValueError(f"{where}: {given} does not exist")
+        rank, world, local = self._world()
         threads = self.num_threads or default_num_threads(local)
         return make_loader(
-            path,
+            path if streams is None else streams,
             batch_size=self.per_device_batch_size(world),
             order=self.order if train else "sequential",
             drop_last=train,
@@ -219,6 +242,7 @@ class PairDataModule(L.LightningDataModule):
             num_threads=threads,
             rank=rank,
             world_size=world,
+            epoch_size=self.epoch_size if train else None,
             **self.loader_options,
         )
 

@@ -30,7 +30,14 @@ from .reader import BetonError, PairReader
 from .schema import PairSchema
 from .shards import DatasetManifest, schema_fingerprint
 
-__all__ = ["DatasetReader", "JoinedReader", "content_digest", "joined_stats", "open_dataset"]
+__all__ = [
+    "DatasetReader",
+    "JoinedReader",
+    "content_digest",
+    "dataset_stats",
+    "joined_stats",
+    "open_dataset",
+]
 
 
 def _check_entry(reader: PairReader, entry: Any, manifest: Path) -> None:
@@ -195,6 +202,12 @@ def joined_stats(reader: JoinedReader) -> tuple[np.ndarray, dict[str, str | None
     records = np.concatenate([p[0] for p in parts if p is not None])
     records.setflags(write=False)
     return records, layouts[0]
+
+
+def dataset_stats(reader: DatasetReader) -> tuple[np.ndarray, dict[str, str | None]] | None:
+    """The image statistics of a file (:func:`~.integrity.load_stats`) or of a dataset's
+    shards (:func:`joined_stats`)."""
+    return joined_stats(reader) if isinstance(reader, JoinedReader) else load_stats(reader)
 
 
 def content_digest(reader: JoinedReader, shard_identity: Any) -> str:

@@ -44,7 +44,7 @@ from ..load.loader import (
 )
 from ..load.mixing import Stream, as_streams
 from ..load.options import MAX_BATCH, options_doc
-from ..load.order import OrderKind
+from ..load.order import OrderKind, Partition
 from ..load.world import default_num_threads
 
 __all__ = ["PairDataModule"]
@@ -89,6 +89,8 @@ class PairDataModule(L.LightningDataModule):
         "dequantize",
         "jpeg_downscale",
         "max_ram_gb",
+        "partition",
+        "canonical_nodes",
     ]
 
     def __init__(
@@ -114,6 +116,8 @@ class PairDataModule(L.LightningDataModule):
         dequantize: bool = True,
         jpeg_downscale: bool = True,
         max_ram_gb: float | None = None,
+        partition: Partition = "global",
+        canonical_nodes: int | None = None,
         device: str | None = None,
     ):
         super().__init__()

@@ -33,7 +33,8 @@ import numpy as np
 
 from .._checks import flag, integer, shown
 from .index import PageIndex
-from .order import OrderSpec, deal, epoch_order, read_order
+from .node_order import rank_order
+from .order import OrderSpec, deal, read_order
 
 __all__ = [
     "MAX_BATCH",
@@ -201,9 +202,16 @@ def resumed_order(
     Without history, the epoch's own order. A pure function: every rank of a
     resumed job computes its share from the same (rank 0's) segments.
     """
+    if history and spec.partition == "node":
+        raise ValueError(
+            f"cannot resume epoch {epoch} mid-way on another world with partition='node' "
+            f"(the state's world: {history[-1].world_size} ranks, batch "
+            f"{history[-1].batch_size}): its rest would be dealt across nodes; resume on the "
+            f"same world, or from an end-of-epoch checkpoint"
+        )
     pool = remaining(index, spec, epoch, history)
     if pool is None:
-        return epoch_order(index, spec, epoch)
+        return rank_order(index, spec, epoch)
     span = spec.share(len(pool))
     return _take(index, spec, epoch, pool, span, spec.rank)
 

@@ -31,8 +31,7 @@ import numpy.typing as npt
 import torch
 
 from ..augment.config import PairAugment
-from ..format.integrity import load_stats
-from ..format.joined import JoinedReader, joined_stats
+from ..format.joined import dataset_stats
 from ..format.schema import PairSchema
 from .budget import check_budget, estimate_memory
 from .delivery.engines import CopyEngine, CudaEngine
@@ -42,8 +41,9 @@ from .elastic import EpochPosition, batches_in, resume_epoch, resumed_order
 from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .mixing import EpochSamples, absolute_source, open_streams
+from .node_order import loader_spec
 from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, options_doc
-from .order import OrderKind, OrderSpec, PairTraversalOrder
+from .order import OrderKind, PairTraversalOrder, Partition
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .prefetch import prefetch_mode
 from .resume import check_resume, resume_fingerprint
@@ -102,11 +102,9 @@ class PairLoader:
         self.index = PageIndex.build(self.reader, cfg.indices)
         #: Each epoch's index and the sample ids of its entries (a mixture's change).
         self.samples = EpochSamples(self.index, self.reader, mixture, cfg.seed)
-        window = max(1, cfg.window_bytes // int(self.reader.page_size))
-        self.spec = OrderSpec(
-            cfg.order, cfg.batch_size, cfg.seed, self.rank, self.world_size, cfg.drop_last, window
-        )
-        share = self.spec.num_samples(self.samples.num_samples)
+        page_size = int(self.reader.page_size)
+        self.spec = loader_spec(cfg, self.rank, self.world_size, page_size, mixture is not None)
+        share = self.num_samples
         if cfg.drop_last and share == 0:
             each = self.samples.num_samples // self.world_size
             chosen = " chosen by indices" if cfg.indices is not None else ""
@@ -118,10 +116,8 @@ class PairLoader:
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
         self._clock[0] = cfg.seed
         memory = (PairOSCacheManager if cfg.os_cache else PairProcessCacheManager)(self.reader)
-        stats = None
-        if cfg.augment is not None and cfg.augment.contrast:
-            reader = self.reader
-            stats = joined_stats(reader) if isinstance(reader, JoinedReader) else load_stats(reader)
+        contrast = cfg.augment is not None and cfg.augment.contrast
+        stats = dataset_stats(self.reader) if contrast else None
         specs, finishers = pair_specs(
             self.reader,
             cfg.augment,
@@ -173,7 +169,7 @@ class PairLoader:
     @property
     def num_samples(self) -> int:
         """Samples this rank reads per epoch."""
-        return self.spec.num_samples(self.samples.num_samples)
+        return self.samples.per_rank(self.spec)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run ``epoch`` (otherwise epochs count up from 0)."""
@@ -372,6 +368,8 @@ def make_loader(
     dequantize: bool = True,
     jpeg_downscale: bool = True,
     max_ram_gb: float | None = None,
+    partition: Partition = "global",
+    canonical_nodes: int | None = None,
     epoch_size: int | None = None,
 ) -> PairLoader:
     # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test

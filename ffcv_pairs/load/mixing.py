@@ -37,6 +37,8 @@ from ..format.schema import PairSchema
 from ..kernels.hashing import key3
 from ..kernels.permute import permute
 from .index import PageIndex
+from .node_order import rank_samples
+from .order import OrderSpec
 
 __all__ = [
     "EpochSamples",
@@ -204,6 +206,12 @@ class EpochSamples:
     def __init__(self, index: PageIndex, reader: DatasetReader, mixture: Mixture | None, seed: int):
         self.fixed, self.reader, self.mixture, self.seed = index, reader, mixture, seed
         self._epoch: tuple[int, np.ndarray, PageIndex] | None = None
+
+    def per_rank(self, spec: OrderSpec) -> int:
+        """Samples each rank reads in an epoch (the same every epoch)."""
+        if spec.partition == "node":  # one dataset: its fixed index
+            return rank_samples(self.fixed, spec)
+        return spec.num_samples(self.num_samples)
 
     def identity(self) -> str | None:
         """What a resume state names of the mixture (None: no mixture)."""

@@ -14,7 +14,7 @@ from .._checks import SEED_LIMIT, flag, integer, number, one_of, optional
 from ..augment.config import PairAugment
 from ..augment.units import check_units, dequantizing
 from ..format.schema import PairSchema
-from .order import ORDERS, OrderKind
+from .order import ORDERS, PARTITIONS, OrderKind, Partition
 
 __all__ = ["DEFAULT_PREFETCH", "DEFAULT_WINDOW_BYTES", "LoaderConfig", "options_doc"]
 
@@ -120,6 +120,16 @@ class LoaderConfig:
     max_ram_gb: float | None = option(
         "Refuse a loader whose node-wide RAM estimate exceeds it.", None
     )
+    partition: Partition = option(
+        "``global``: every rank draws from the whole dataset; ``node``: each node from its "
+        "own stretch of it, the same every epoch (see :mod:`~ffcv_pairs.load.node_order`).",
+        "global",
+    )
+    canonical_nodes: int | None = option(
+        "With ``partition='node'``, the buckets the dataset is cut into (default: the "
+        "nodes); keep it fixed, a multiple of every node count you run on.",
+        None,
+    )
     epoch_size: int | None = option(
         "With a mixture of streams given as ``path``, samples per epoch (across ranks) that "
         "their proportions share out (default: their total); see :mod:`~ffcv_pairs.load."
@@ -161,6 +171,8 @@ class LoaderConfig:
         put("jpeg_downscale", flag("jpeg_downscale", self.jpeg_downscale))
         put("max_ram_gb", optional(number)("max_ram_gb", self.max_ram_gb, above=0))
         put("epoch_size", optional(integer)("epoch_size", self.epoch_size, 1))
+        put("partition", one_of("partition", self.partition, PARTITIONS))
+        put("canonical_nodes", optional(integer)("canonical_nodes", self.canonical_nodes, 1))
 
     def for_file(self, schema: PairSchema) -> LoaderConfig:
         """These options for a file of ``schema``: on a quantized file with ``dequantize``,

@@ -46,9 +46,11 @@ from .index import PageIndex
 
 __all__ = [
     "ORDERS",
+    "PARTITIONS",
     "OrderKind",
     "OrderSpec",
     "PairTraversalOrder",
+    "Partition",
     "deal",
     "epoch_order",
     "read_order",
@@ -56,6 +58,8 @@ __all__ = [
 
 OrderKind = Literal["quasi_random", "random", "sequential"]
 ORDERS: tuple[str, ...] = ("quasi_random", "random", "sequential")
+Partition = Literal["global", "node"]
+PARTITIONS: tuple[str, ...] = ("global", "node")
 
 _MASK64 = (1 << 64) - 1
 # What each of an epoch's keys is for: part of the key, so no two draws share numbers.
@@ -120,6 +124,11 @@ class OrderSpec:
             reads the same number of samples and DDP never waits for a rank that
             has run out.
         window_pages: Open pages per rank for ``"quasi_random"``.
+        partition: ``"global"`` (every rank draws from the whole file) or ``"node"``
+            (each node from its own stretch, see :mod:`~.node_order`).
+        nodes: Physical nodes (``world_size`` must be a multiple), for ``"node"``.
+        canonical_nodes: Buckets the file is cut into (a multiple of ``nodes``), for
+            ``"node"``.
     """
 
     kind: OrderKind = "quasi_random"
@@ -129,6 +138,9 @@ class OrderSpec:
     world_size: int = 1
     drop_last: bool = True
     window_pages: int = 32
+    partition: Partition = "global"
+    nodes: int = 1
+    canonical_nodes: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in ORDERS:
@@ -139,6 +151,19 @@ class OrderSpec:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.window_pages < 1:
             raise ValueError(f"window_pages must be at least 1, got {self.window_pages}")
+        if self.partition not in PARTITIONS:
+            raise ValueError(f"partition {self.partition!r} is not one of {PARTITIONS}")
+        if self.nodes < 1 or self.world_size % self.nodes:
+            raise ValueError(
+                f"world_size {self.world_size} is not a whole number of ranks on each of "
+                f"{self.nodes} nodes"
+            )
+        if self.canonical_nodes < 1 or self.canonical_nodes % self.nodes:
+            raise ValueError(
+                f"canonical_nodes {self.canonical_nodes} is not a multiple of the {self.nodes} "
+                f"nodes: each node takes an equal number of buckets (use a multiple of every "
+                f"node count you will run on)"
+            )
 
     def share(self, total: int, rank: int | None = None) -> tuple[int, int]:
         """``(start, length)`` of ``rank``'s slice of a dealt sequence of ``total``.

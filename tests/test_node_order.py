@@ -1,0 +1,160 @@
+"""Node-local order (load/node_order.py, ``partition="node"``): each node reads only its
+canonical buckets, the same every epoch; every rank gets equal batches; nothing is lost or
+read twice beyond what drop_last and padding say; the loader refuses what it cannot do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write_small_beton
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ffcv_pairs import make_loader
+from ffcv_pairs.load.index import PageIndex
+from ffcv_pairs.load.node_order import bucket_bounds, node_index, rank_order, rank_samples
+from ffcv_pairs.load.order import OrderSpec
+
+
+def _index(counts: list[int]) -> PageIndex:
+    """Pages holding ``counts`` samples, ids in page order."""
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return PageIndex(
+        pages=np.arange(len(counts), dtype=np.int64),
+        starts=starts,
+        samples=np.arange(int(starts[-1]), dtype=np.int64),
+    )
+
+
+def _spec(rank: int, nodes: int, per_node: int, canonical: int, **kw) -> OrderSpec:
+    return OrderSpec(
+        kw.pop("kind", "quasi_random"),
+        kw.pop("batch", 4),
+        kw.pop("seed", 3),
+        rank,
+        nodes * per_node,
+        kw.pop("drop_last", True),
+        2,
+        "node",
+        nodes,
+        canonical,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    counts=st.lists(st.integers(1, 9), min_size=8, max_size=60),
+    nodes=st.integers(1, 4),
+    per_node=st.integers(1, 3),
+    buckets_each=st.integers(1, 3),
+    batch=st.sampled_from([1, 3, 4]),
+    drop_last=st.booleans(),
+    kind=st.sampled_from(["quasi_random", "random", "sequential"]),
+    epoch=st.integers(0, 4),
+)
+def test_each_node_reads_its_buckets_in_equal_batches(
+    counts: list[int],
+    nodes: int,
+    per_node: int,
+    buckets_each: int,
+    batch: int,
+    drop_last: bool,
+    kind: str,
+    epoch: int,
+) -> None:
+    index = _index(counts)
+    canonical = nodes * buckets_each
+    kw = {"batch": batch, "drop_last": drop_last, "kind": kind}
+    specs = [_spec(r, nodes, per_node, canonical, **kw) for r in range(nodes * per_node)]
+    held = [set(node_index(index, specs[0], p).samples.tolist()) for p in range(nodes)]
+    assert set().union(*held) == set(range(index.num_samples)), "buckets cover every sample"
+    assert sum(len(h) for h in held) == index.num_samples, "buckets are disjoint"
+    try:
+        orders = [rank_order(index, s, epoch) for s in specs]
+    except ValueError as e:  # a node too small for the others' share: refused by name
+        assert "fewer than the" in str(e)
+        return
+    assert len({len(o) for o in orders}) == 1, "every rank reads the same number"
+    assert len(orders[0]) == rank_samples(index, specs[0])
+    for rank, order in enumerate(orders):
+        assert set(order.tolist()) <= held[rank // per_node], f"rank {rank} left its node"
+    every = np.concatenate(orders)
+    if drop_last:
+        assert len(every) % batch == 0 or not len(every)
+        assert len(np.unique(every)) == len(every), "a sample twice in one epoch"
+    else:
+        per_node_reads = [
+            set(np.concatenate(orders[p * per_node : (p + 1) * per_node]).tolist())
+            for p in range(nodes)
+        ]
+        assert per_node_reads == held, "without drop_last every sample of a node is read"
+
+
+def test_buckets_stay_put_when_the_node_count_changes() -> None:
+    index = _index([5] * 48)
+    bounds = bucket_bounds(index, 12)
+    assert list(bounds) == list(range(0, 49, 4))  # 12 buckets of 4 pages
+    two = [set(node_index(index, _spec(0, 2, 1, 12), p).samples.tolist()) for p in range(2)]
+    four = [set(node_index(index, _spec(0, 4, 1, 12), p).samples.tolist()) for p in range(4)]
+    assert two[0] == four[0] | four[1] and two[1] == four[2] | four[3]
+
+
+def test_epochs_differ_within_a_node_and_repeat_exactly() -> None:
+    index = _index([6] * 40)
+    spec = _spec(1, 2, 2, 4)
+    a, b = rank_order(index, spec, 0), rank_order(index, spec, 1)
+    assert not np.array_equal(a, b) and np.array_equal(a, rank_order(index, spec, 0))
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"nodes": 3, "world_size": 4}, "world_size 4 is not a whole number of ranks on each of 3"),
+        ({"nodes": 2, "canonical_nodes": 3}, "canonical_nodes 3 is not a multiple of the 2 nodes"),
+        ({"partition": "nodes"}, "partition 'nodes' is not one of"),
+    ],
+)
+def test_a_partition_that_does_not_divide_is_refused(kw: dict, match: str) -> None:
+    base = {"world_size": 4, "nodes": 2, "canonical_nodes": 2, "partition": "node"}
+    with pytest.raises(ValueError, match=match):
+        OrderSpec(**{**base, **kw})
+
+
+@pytest.fixture
+def beton(tmp_path: Path) -> Path:
+    return write_small_beton(tmp_path, n=400, shape=(3, 8, 8))[0]
+
+
+def _ids(loader) -> list[int]:
+    return [y for _, _, lab in loader for y in lab.tolist()]
+
+
+def test_the_loader_keeps_each_node_on_its_half(beton: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # 4 ranks: 2 nodes of 2
+    kw = {"batch_size": 8, "partition": "node", "world_size": 4, "seed": 1}
+    reads = [_ids(make_loader(beton, rank=r, **kw)) for r in range(4)]
+    assert len({len(r) for r in reads}) == 1
+    first, second = set(reads[0] + reads[1]), set(reads[2] + reads[3])
+    assert not first & second
+    assert max(first) < min(second), "node 0 reads the first stretch of the file"
+    assert len(first) + len(second) > 400 - 4 * 8, "fewer than a batch a rank dropped"
+
+
+def test_a_node_local_epoch_resumes_on_its_world_and_refuses_another(
+    beton: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # 2 ranks: 2 nodes of 1
+    kw = {"batch_size": 8, "partition": "node", "world_size": 2, "seed": 4}
+    full = _ids(make_loader(beton, rank=1, **kw))
+    first = make_loader(beton, rank=1, **kw)
+    it = iter(first)
+    done = [y for _ in range(3) for y in next(it)[2].tolist()]
+    state = first.state_dict()
+    resumed = make_loader(beton, rank=1, **kw)
+    resumed.load_state_dict(state)
+    assert done + _ids(resumed) == full
+    other = make_loader(beton, rank=0, **{**kw, "world_size": 1})
+    with pytest.raises(ValueError, match="partition='node'"):
+        other.load_state_dict(state)

@@ -158,3 +158,19 @@ def test_a_node_local_epoch_resumes_on_its_world_and_refuses_another(
     other = make_loader(beton, rank=0, **{**kw, "world_size": 1})
     with pytest.raises(ValueError, match="partition='node'"):
         other.load_state_dict(state)
+
+
+def test_the_multinode_config_asks_for_the_node_local_order(tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    from ffcv_pairs.train import cli_main
+
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    config = Path(__file__).parents[1] / "configs" / "multinode.yaml"
+    cpu = ["--trainer.accelerator=cpu", "--trainer.devices=1", "--trainer.num_nodes=1"]
+    cpu += ["--trainer.strategy=auto", "--trainer.precision=32", "--trainer.callbacks=[]"]
+    cli = cli_main(
+        ["--config", str(config), *cpu, f"--trainer.default_root_dir={tmp_path}"], run=False
+    )
+    options = cli.datamodule.loader_options
+    assert options["partition"] == "node" and options["canonical_nodes"] == 8

@@ -21,7 +21,8 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --jpeg-larger-than-ram  # raw 1.5x RAM against JPEG (fits)
     .venv/bin/python -m bench --first-batch           # import + first batch, empty/warm cache
     .venv/bin/python -m bench --first-batch --first-batch-tree /tmp/before  # + an older tree
-    .venv/bin/python -m bench --shards                # 1, 30, 300 shards vs one file
+    .venv/bin/python -m bench --shards                # 1, 30, 300 shards vs one file; conversion
+    .venv/bin/python -m bench --node-order            # node-local order simulated, vs Mosaic
     .venv/bin/python -m bench --user-scale 200000     # the user's day, about 20 minutes
     .venv/bin/python -m bench --user-scale-sizes 100000,300000,1000000,3000000  # one source
 
@@ -131,7 +132,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--shards",
         action="store_true",
         help="only the shards report: start-up and pairs/s of 3M tiny samples as 1, 30 and "
-        "300 shards (bench/tables/shards.py); with --smoke, 30k samples and one round",
+        "300 shards (bench/tables/shards.py), a cold 100k-pair .pt source's conversion against "
+        "the storage's random read rate, 4 parts in 4 processes (bench/tables/shard_convert.py); "
+        "with --smoke, 30k samples, a 10k-pair source and one round",
+    )
+    p.add_argument(
+        "--node-order",
+        action="store_true",
+        help="only the node-order report: what each of 8-64 simulated nodes reads an epoch and "
+        "the shuffle quality, global and node-local order against Mosaic's py1e, no files "
+        "(bench/tables/node_order_sim.py); with --smoke, 200k samples; --no-extras: no Mosaic",
     )
     p.add_argument(
         "--user-scale",
@@ -267,16 +277,44 @@ def _first_batch(args: argparse.Namespace, argv: list[str] | None) -> int:
 def _shards(args: argparse.Namespace, argv: list[str] | None) -> int:
     from bench.core.machine import describe_machine
     from bench.core.settings import BENCH_DIR
+    from bench.tables.shard_convert import measure_conversion
     from bench.tables.shards import measure_shards, write_shards_report
 
     n = 30_000 if args.smoke else (args.n or 3_000_000)
     rounds = args.rounds or (1 if args.smoke else 3)
     work = (args.work or BENCH_DIR / ".work") / "shards"
     res = measure_shards(work, n, (1, 30, 300), rounds)
+    if args.smoke:  # a 10k-pair source, a 256 MiB read-rate file, 1 s a queue depth
+        res["conversion"] = measure_conversion(work, 10_000, rounds, 0.25, 1.0)
+    else:
+        res["conversion"] = measure_conversion(work, 100_000, rounds)
     res["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
     res["machine"] = describe_machine()
     date = args.date or datetime.date.today().isoformat()
     sys.stdout.write(f"{write_shards_report(res, args.out or BENCH_DIR / 'results', date)}\n")
+    return 0
+
+
+def _node_order(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from dataclasses import replace
+
+    from bench.core.machine import describe_machine
+    from bench.core.settings import BENCH_DIR
+    from bench.tables.node_order_report import write_node_order_report
+    from bench.tables.node_order_sim import SimConfig, simulate, smoke_sim
+
+    try:
+        cfg = smoke_sim() if args.smoke else SimConfig()
+        cfg = replace(cfg, **({"samples": args.n} if args.n else {}), seed=args.seed or 0)
+    except ValueError as e:
+        sys.stderr.write(f"bench: --node-order: {e}\n")
+        return 2
+    res = simulate(cfg, (args.work or BENCH_DIR / ".work") / "node-order", not args.no_extras)
+    res["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    machine = describe_machine()
+    res.update(commit=machine["commit"], numpy=machine["numpy"])
+    date = args.date or datetime.date.today().isoformat()
+    sys.stdout.write(f"{write_node_order_report(res, args.out or BENCH_DIR / 'results', date)}\n")
     return 0
 
 
@@ -329,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         return _first_batch(args, argv)
     if args.shards:
         return _shards(args, argv)
+    if args.node_order:
+        return _node_order(args, argv)
     try:
         cfg = _config(args)
         keys = _keys(args.only)

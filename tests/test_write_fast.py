@@ -159,29 +159,7 @@ def test_a_page_read_at_once_sends_odd_files_one_by_one(tmp_path: Path) -> None:
     np.testing.assert_array_equal(rl, np.arange(n))
 
 
-def test_files_read_on_threads_when_storage_is_slow(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every read counted as slow (as from a cold disk): the pages after the first are read
-    by the reading threads, a run of samples each, with the same bytes."""
-    from ffcv_pairs.write import persample
-
-    monkeypatch.setattr(persample, "COLD_FILE_S", 0.0)
-    n, shape = 200, (3, 8, 8)
-    a, b = _images(n, shape, torch.uint8, 7), _images(n, shape, torch.uint8, 8)
-    src = _save(tmp_path / "pt", a, b, [i * 3 - 100 for i in range(n)])
-    source = open_source(src, "train")
-    report = write_pairs(source, tmp_path / "x.beton", workers=1, page_size=1 << 14, progress=False)
-    assert (report.fast_reads, report.fallback_reads) == (3 * n, 0)
-    assert source._pool is not None and source._chunks > 2  # several pages, threads used
-    ra, rb, rl = read_back(tmp_path / "x.beton")
-    assert ra.tobytes() == a.numpy().tobytes() and rb.tobytes() == b.numpy().tobytes()
-    np.testing.assert_array_equal(rl, [i * 3 - 100 for i in range(n)])
-
-
-def test_read_samples_on_threads_puts_every_file_in_its_row(tmp_path: Path) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
+def test_read_samples_puts_every_file_in_its_row(tmp_path: Path) -> None:
     from ffcv_pairs.write.ptblock import read_samples, stage_bytes
 
     n = 37
@@ -194,19 +172,18 @@ def test_read_samples_on_threads_puts_every_file_in_its_row(tmp_path: Path) -> N
     paths = [[source.path(f, i) for i in range(n)] for f in range(3)]
     missing = src / "train_B_images_5.pt"
     missing.unlink()
-    for pool in (None, ThreadPoolExecutor(4)):
-        stages = [np.zeros(stage_bytes(t, n), np.uint8) for t in templates]
-        staged = read_samples(paths, templates, stages, pool, 4)
-        for f in range(3):
-            for j in range(n):
-                path = Path(paths[f][j])
-                want = path.read_bytes() if path.exists() else None
-                got = staged[f]
-                if want is None:
-                    assert got.lengths[j] == -1
-                else:
-                    assert got.lengths[j] == len(want)
-                    assert got.rows[j, : len(want)].tobytes() == want
+    stages = [np.zeros(stage_bytes(t, n), np.uint8) for t in templates]
+    staged = read_samples(paths, templates, stages)
+    for f in range(3):
+        for j in range(n):
+            path = Path(paths[f][j])
+            want = path.read_bytes() if path.exists() else None
+            got = staged[f]
+            if want is None:
+                assert got.lengths[j] == -1
+            else:
+                assert got.lengths[j] == len(want)
+                assert got.rows[j, : len(want)].tobytes() == want
 
 
 def test_sample_zero_without_a_fast_path_still_converts(tmp_path: Path) -> None:

@@ -1,10 +1,11 @@
 """``python -m bench --shards``: a dataset of many `.beton` shards against one file of the
 same samples: start-up (loader construction and first batch) at 1, 30 and 300 shards, and
-warm pairs/s.
+warm pairs/s; then the conversion rows of :mod:`bench.tables.shard_convert` (a cold
+per-sample source against the storage's random read rate, and 4 parts in 4 processes).
 
 Run it (from the repository root)::
 
-    .venv/bin/python -m bench --shards               # 3M tiny samples, 3 rounds (~10 min)
+    .venv/bin/python -m bench --shards               # 3 rounds (~10 min with making the data)
     .venv/bin/python -m bench --shards --smoke       # 30k samples, 1 round
 
 The samples are the start-up table's tiny ones (``(1, 2, 2)`` uint8), so the row measures
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.fresh_process import call_fresh
+from bench.tables.shard_convert import conversion_lines
 
 __all__ = ["measure_shards", "write_shards_report"]
 
@@ -120,6 +122,8 @@ def write_shards_report(res: dict[str, Any], out: Path, date: str) -> Path:
             f"| {shards} | {_cell(build, '.2f')} | {_cell(first, '.2f')} | "
             f"{_cell(total, '.2f')} | {_cell(speed, ',.0f')} |"
         )
+    if "conversion" in res:
+        lines += conversion_lines(res["conversion"])
     lines += ["", f"Machine: {res.get('machine', '?')}", ""]
     md = out / f"shards-{date}.md"
     md.write_text("\n".join(lines))

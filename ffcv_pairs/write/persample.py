@@ -6,15 +6,15 @@ by ``torch.load`` and becomes the template; a later file whose records match it 
 read with one ``read()`` and no unpickling. Every other file (other strides, a
 saved view, the legacy format, big-endian data, a label saved as a Python int, a
 damaged file) goes through ``torch.load`` and today's checks, so a bad file gets
-the same one-line error naming it.
+the same one-line error naming it. Before a chunk of files is read, the kernel is asked
+for all of them at once (:mod:`~ffcv_pairs.write.readahead`), so that a cold folder is
+read at the storage's pace rather than at one read's latency.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +22,14 @@ import numpy as np
 
 from ..format.schema import ArraySpec, PairSchema
 from .discover import PER_SAMPLE_KINDS, SplitFiles, scan
-from .ptblock import ROWS, Staged, read_samples, stage_bytes, storage_rows
+from .ptblock import ROWS, read_samples, stage_bytes, storage_rows
 from .ptfile import PtTemplate, learn_template, read_tensor
+from .readahead import ReadAhead
 from .sources import PairSource, load_pt
 
 __all__ = ["PerSampleSource"]
 
 _SAMPLED = 8  # indices whose files' sizes and mtimes go into the fingerprint
-READ_THREADS = 8  # files read at once per worker process from storage (see _read_chunk)
-COLD_FILE_S = 50e-6  # a file read slower than this came from storage (cached: ~10 us)
 
 
 class PerSampleSource(PairSource):
@@ -56,9 +55,7 @@ class PerSampleSource(PairSource):
         self._templates: list[PtTemplate | None] | None = None
         self._plain_loads = 0
         self._stages: dict[int, np.ndarray] = {}
-        self._pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): not forked
-        self._cold = False  # the last inline chunk waited for storage
-        self._chunks = 0
+        self.readahead = ReadAhead()  # FFCV_PAIRS_READAHEAD is read here; workers inherit it
 
     def path(self, kind: int, i: int) -> str:
         """The file of field ``kind`` (0: A, 1: B, 2: label) of sample ``i``."""
@@ -118,37 +115,20 @@ class PerSampleSource(PairSource):
         labels = np.zeros((k, lab.nbytes), dtype=np.uint8)
         done = np.ones(k, dtype=bool)
         outs = (*images, labels)
+        longest = max(stage_bytes(t, 1) for t in templates)  # read_samples reads no more
         for lo in range(0, k, ROWS):
             part = ids[lo : lo + ROWS]
             stages = [
                 self._staging(kind, stage_bytes(t, len(part))) for kind, t in enumerate(templates)
             ]
             paths = [[self.path(kind, i) for i in part] for kind in range(len(templates))]
-            staged = self._read_chunk(paths, templates, stages)
+            self.readahead.before([p for sample in zip(*paths) for p in sample], longest)
+            staged = read_samples(paths, templates, stages)
             for field, template, out in zip(staged, templates, outs):
                 done[lo : lo + len(part)] &= storage_rows(field, template, out[lo : lo + len(part)])
         for template in templates:
             template.fast_reads += int(done.sum())
         return labels.view(lab.dtype).reshape(k).astype(np.int64), done
-
-    def _read_chunk(
-        self, paths: list[list[str]], templates: list[PtTemplate], stages: list[np.ndarray]
-    ) -> list[Staged]:
-        """:func:`~ffcv_pairs.write.ptblock.read_samples` on this thread while the files come
-        from the page cache, on :data:`READ_THREADS` threads while they come from storage
-        (their GIL hand-offs cost a fifth of a warm run). Every 8th chunk is read here and
-        timed, to notice either way."""
-        threaded = self._cold and self._chunks % 8 != 0
-        self._chunks += 1
-        if threaded:
-            if self._pool is None or self._pool[0] != os.getpid():  # a forked worker's own
-                self._pool = (os.getpid(), ThreadPoolExecutor(READ_THREADS, "ffcv-pairs-read"))
-            return read_samples(paths, templates, stages, self._pool[1], READ_THREADS)
-        t = time.perf_counter()
-        staged = read_samples(paths, templates, stages)
-        files = len(paths) * len(paths[0])
-        self._cold = time.perf_counter() - t > COLD_FILE_S * files
-        return staged
 
     def _staging(self, kind: int, size: int) -> np.ndarray:
         """Field ``kind``'s staging buffer, at least ``size`` bytes (kept between pages)."""

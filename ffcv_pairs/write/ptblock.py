@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -72,33 +71,22 @@ def read_samples(
     paths: Sequence[Sequence[str]],
     templates: Sequence[PtTemplate],
     stages: Sequence[np.ndarray],
-    pool: ThreadPoolExecutor | None = None,
-    threads: int = 1,
 ) -> list[Staged]:
     """``paths[f][j]``, field ``f``'s file of sample ``j``, into row ``j`` of field ``f``'s
     staging buffer (``stages[f]``, at least :func:`stage_bytes` long).
 
     Sample by sample, every field of a sample before the next (the order a conversion's
-    files were most likely written in). With ``pool``, ``threads`` of its threads (its
-    size) take contiguous runs of samples at once: ``open`` and ``readv`` release the GIL,
-    so a cold folder is read with that many requests in flight per worker instead of one,
-    which is what a disk (or a network file system) needs to reach its speed on tiny files.
+    files were most likely written in, and the order the caller asked the kernel for them:
+    :mod:`~ffcv_pairs.write.readahead`).
     """
     k = len(paths[0])
     slots = [_slot(t) for t in templates]
     views = [stage.data for stage in stages]
     lengths = np.empty((len(paths), k), dtype=np.int64)
 
-    def run(j0: int, j1: int) -> None:
-        for j in range(j0, j1):
-            for f, slot in enumerate(slots):
-                lengths[f, j] = _read_into(paths[f][j], views[f][j * slot : (j + 1) * slot])
-
-    if pool is None or threads <= 1 or k < 2 * threads:
-        run(0, k)
-    else:
-        bounds = [k * p // threads for p in range(threads + 1)]
-        list(pool.map(run, bounds[:-1], bounds[1:]))
+    for j in range(k):
+        for f, slot in enumerate(slots):
+            lengths[f, j] = _read_into(paths[f][j], views[f][j * slot : (j + 1) * slot])
     return [
         Staged(stage[: k * slot].reshape(k, slot), lengths[f])
         for f, (stage, slot) in enumerate(zip(stages, slots))

@@ -278,6 +278,7 @@ def _shards(args: argparse.Namespace, argv: list[str] | None) -> int:
     from bench.core.machine import describe_machine
     from bench.core.settings import BENCH_DIR
     from bench.tables.shard_convert import measure_conversion
+    from bench.tables.shard_epochs import measure_epochs
     from bench.tables.shards import measure_shards, write_shards_report
 
     n = 30_000 if args.smoke else (args.n or 3_000_000)
@@ -288,6 +289,7 @@ def _shards(args: argparse.Namespace, argv: list[str] | None) -> int:
         res["conversion"] = measure_conversion(work, 10_000, rounds, 0.25, 1.0)
     else:
         res["conversion"] = measure_conversion(work, 100_000, rounds)
+    res["epochs"] = measure_epochs(work, 6_000 if args.smoke else 100_000, rounds)
     res["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
     res["machine"] = describe_machine()
     date = args.date or datetime.date.today().isoformat()
@@ -339,13 +341,8 @@ def _user_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # SIGTERM unwinds like Ctrl-C, so that contestant processes are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
-    )
+def _single_report(args: argparse.Namespace, argv: list[str] | None) -> int | None:
+    """Run the one report a flag asks for (its exit status), or None: the main suite."""
     if args.render:
         return _render(args.render, args.out)
     if args.user_scale is not None or args.user_scale_sizes:
@@ -365,10 +362,23 @@ def main(argv: list[str] | None = None) -> int:
         return _jpeg(args)
     if args.first_batch or args.first_batch_tree:
         return _first_batch(args, argv)
-    if args.shards:
-        return _shards(args, argv)
-    if args.node_order:
-        return _node_order(args, argv)
+    reports = {"shards": _shards, "node_order": _node_order}
+    for flag_name, report in reports.items():
+        if getattr(args, flag_name):
+            return report(args, argv)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so that contestant processes are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
+    )
+    single = _single_report(args, argv)
+    if single is not None:
+        return single
     try:
         cfg = _config(args)
         keys = _keys(args.only)

@@ -26,6 +26,7 @@ from typing import Any
 
 from bench.core.fresh_process import call_fresh
 from bench.tables.shard_convert import conversion_lines
+from bench.tables.shard_epochs import epoch_lines
 
 __all__ = ["measure_shards", "write_shards_report"]
 
@@ -122,6 +123,8 @@ def write_shards_report(res: dict[str, Any], out: Path, date: str) -> Path:
             f"| {shards} | {_cell(build, '.2f')} | {_cell(first, '.2f')} | "
             f"{_cell(total, '.2f')} | {_cell(speed, ',.0f')} |"
         )
+    if "epochs" in res:
+        lines += epoch_lines(res["epochs"])
     if "conversion" in res:
         lines += conversion_lines(res["conversion"])
     lines += ["", f"Machine: {res.get('machine', '?')}", ""]

@@ -132,8 +132,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--shards",
         action="store_true",
         help="only the shards report: start-up and pairs/s of 3M tiny samples as 1, 30 and "
-        "300 shards (bench/tables/shards.py), a cold 100k-pair .pt source's conversion against "
-        "the storage's random read rate, 4 parts in 4 processes (bench/tables/shard_convert.py); "
+        "300 shards (bench/tables/shard_startup.py), an epoch of 30 shards against one file, "
+        "warm and cold (shard_epochs.py), a cold 100k-pair .pt source's conversion against "
+        "the storage's random read rate, 4 parts in 4 processes (shard_convert.py); "
         "with --smoke, 30k samples, a 10k-pair source and one round",
     )
     p.add_argument(
@@ -279,7 +280,7 @@ def _shards(args: argparse.Namespace, argv: list[str] | None) -> int:
     from bench.core.settings import BENCH_DIR
     from bench.tables.shard_convert import measure_conversion
     from bench.tables.shard_epochs import measure_epochs
-    from bench.tables.shards import measure_shards, write_shards_report
+    from bench.tables.shard_startup import measure_shards, write_shards_report
 
     n = 30_000 if args.smoke else (args.n or 3_000_000)
     rounds = args.rounds or (1 if args.smoke else 3)

@@ -449,3 +449,76 @@ def test_the_compile_clock_counts_each_threads_outermost_compile_only() -> None:
     worker.join()
     assert clock.count == 3
     assert clock.cpu_s >= 0 and clock.wall_s >= 0
+
+
+def test_the_node_order_figures_follow_their_definitions() -> None:
+    """Two nodes of one rank on 3 shards of 4 samples (pages of 2, class = shard): what each
+    node reads, the batch spans and the position spread, worked out by hand; Mosaic's array
+    is read as a ``DataLoader`` reads its workers, in turn, padding left out."""
+    from bench.tables.node_order_sim import (
+        SimConfig,
+        epoch_figures,
+        make_dataset,
+        mosaic_rank_seqs,
+        over_epochs,
+    )
+
+    cfg = SimConfig(12, (3,), page_samples=2, nodes=(1, 2), canonical_nodes=2, classes=3)
+    data = make_dataset(cfg, 3)
+    assert data.page_of.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert data.shard_of.tolist() == data.class_of.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    seq = np.asarray
+    first = epoch_figures([seq([0, 4, 1, 5]), seq([8, 9, 10])], data, 1, 2)
+    assert [s.tolist() for s in first["shards"]] == [[0, 1], [2]]
+    assert [p.tolist() for p in first["pages"]] == [[0, 2], [4, 5]]
+    assert first["page_samples"] == [4, 4]
+    assert first["batch_classes"].tolist() == [2, 2, 1], "[0, 4], [1, 5]; [8, 9] (10: no batch)"
+    assert first["batch_shards"].tolist() == [2, 2, 1]
+    placed = {i: float(x) for i, x in enumerate(first["position"]) if np.isfinite(x)}
+    assert placed == {0: 0, 4: 0, 1: 0.5, 5: 0.5, 8: 0, 9: 0, 10: 0.5}, "step / ceil(len / 2)"
+    second = epoch_figures([seq([1, 5, 0, 4]), seq([10, 9, 8])], data, 1, 2)
+    row = over_epochs([first, second], data, 2)
+    share = 12 / 2
+    assert row["need_max"] == pytest.approx(8 / share) and row["need_mean"] == pytest.approx(1)
+    assert row["new_max"] == 0 and row["held_max"] == pytest.approx(8 / share)
+    # samples 0, 1, 4, 5, 8, 10 move by 0.5 (variance 0.125), 9 stays: sqrt(6 * 0.125 / 7)
+    assert row["position_spread"] == pytest.approx(np.sqrt(6 * 0.125 / 7))
+    assert row["read_fraction"] == pytest.approx(7 / 12)
+    ids = np.asarray([[[[[0, 1], [2, 3]], [[4, 5], [6, -1]]]]])  # (1, 1, 2 workers, 2, 2)
+    assert [s.tolist() for s in mosaic_rank_seqs(ids)] == [[0, 1, 4, 5, 2, 3, 6]]
+    with pytest.raises(ValueError, match="canonical_nodes 64 is not a multiple of the node"):
+        SimConfig(nodes=(8, 48))
+
+
+def test_node_order_smoke_writes_the_report_and_node_rows_keep_to_their_stretch(
+    tmp_path: Path,
+) -> None:
+    """``python -m bench --node-order --smoke --no-extras``: every (shards, nodes, order) row
+    of ours; a node-local node reads the same shards every epoch (nothing new after the
+    first, its cache is one epoch's need); a bad size is one line and exit 2."""
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "bench", "--node-order", "--smoke", "--no-extras"]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out), "--work", str(tmp_path / "work"), "--date", "2026-01-01"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    md = (out / "node-order-2026-01-01.md").read_text()
+    for heading in ("## Target", "## What a node reads", "## Shuffle quality"):
+        assert heading in md
+    assert "Mosaic Streaming did not run: --no-extras" in md
+    res = json.loads((out / "node-order-2026-01-01.json").read_text())
+    got = {(r["shards"], r["nodes"], r["order"]) for r in res["rows"]}
+    assert got == {(s, p, o) for s in (30, 300) for p in (8, 64) for o in ("global", "node")}
+    for r in res["rows"]:
+        assert r["need_pages_max"] <= r["need_max"] + 1e-9, r
+        if r["order"] == "node":
+            assert r["new_max"] == 0 and r["held_max"] == r["need_max"], r
+    bad = subprocess.run(
+        [*cmd, "--n", "1000"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "samples 1000 is too few" in bad.stderr

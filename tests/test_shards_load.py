@@ -339,3 +339,20 @@ def test_any_shard_layout_deals_equal_batches_and_loses_nothing(
     data = make_loader(manifest, batch_size=batch, order="sequential", drop_last=False)
     got = np.concatenate([xa.clone().numpy() for xa, _, _ in data])
     assert np.array_equal(got, a)  # every shard's bytes, in manifest order
+
+
+def test_the_watch_looks_at_the_shards_a_batch_reads(tmp_path: Path) -> None:
+    from ffcv_pairs.load.truncation import BetonChangedError, FileWatch
+
+    files = [tmp_path / f"f{k}" for k in range(3)]
+    for f in files:
+        f.write_bytes(b"x" * 100)
+    watch = FileWatch(files, np.array([0, 10, 20, 30]))
+    with open(files[1], "ab") as f:
+        f.write(b"y")
+    watch.check(np.array([0, 5, 25]))  # shards 0 and 2 only: not 1's business
+    with pytest.raises(BetonChangedError, match=r"f1: overwritten in place"):
+        watch.check(np.array([3, 12]))
+    with pytest.raises(BetonChangedError, match=r"f1: overwritten in place"):
+        watch.check()  # no ids: every file
+    watch.close()

@@ -141,7 +141,7 @@ class PairLoader:
             self.graph,
             stage,
             code,
-            FileWatch(self.reader.files),
+            FileWatch(self.reader.files, getattr(self.reader, "offsets", None)),
         )
         self.memory_estimate = estimate_memory(self, local_ranks(self.world_size))
         check_budget(self.memory_estimate, cfg.max_ram_gb)

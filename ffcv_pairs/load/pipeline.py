@@ -258,7 +258,7 @@ class EpochThread(threading.Thread):
         if self.prefetcher is not None:
             self.prefetcher.advance(b_ix)
         if self.engine.watch is not None:
-            self.engine.watch.check()  # not a byte of a file rewritten in place
+            self.engine.watch.check(batch_indices)  # not a byte rewritten in place
         stage = self.engine.stage
         if stage is not None:
             stage.before_fill(slot)

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..format.reader import BetonError
 
 __all__ = ["BUS_ERROR_EXIT", "BetonChangedError", "FileWatch", "forget_mappings", "watch_mappings"]
@@ -54,21 +56,28 @@ class FileWatch:
     """Size and modification time of each file read (a `.beton`, or a dataset's shards),
     held from when the loader opened them."""
 
-    def __init__(self, paths: Sequence[Path]):
+    def __init__(self, paths: Sequence[Path], offsets: np.ndarray | None = None):
+        """``offsets``: each file's first sample id and the total (a dataset's shards), so
+        that :meth:`check` looks only at the files a batch reads."""
         self.paths = list(paths)
         self._fds = [os.open(p, os.O_RDONLY) for p in self.paths]
         self._first = [os.fstat(fd) for fd in self._fds]
+        self._offsets = offsets
 
-    def check(self) -> None:
-        """Raise if a file was truncated or written to since it was opened.
+    def check(self, ids: np.ndarray | None = None) -> None:
+        """Raise if a file (of those holding samples ``ids``; None: every file) was
+        truncated or written to since it was opened.
 
         Raises:
             BetonChangedError: naming the file and what changed.
         """
-        for path, fd, then in zip(self.paths, self._fds, self._first):
-            now = os.fstat(fd)
+        files: Any = range(len(self.paths))
+        if ids is not None and self._offsets is not None and len(self.paths) > 1:
+            files = np.unique(np.searchsorted(self._offsets, ids, side="right") - 1).tolist()
+        for k in files:
+            now, then = os.fstat(self._fds[k]), self._first[k]
             if (now.st_size, now.st_mtime_ns) != (then.st_size, then.st_mtime_ns):
-                raise _changed(path, then.st_size, now.st_size)
+                raise _changed(self.paths[k], then.st_size, now.st_size)
 
     def close(self) -> None:
         fds, self._fds = self._fds, []

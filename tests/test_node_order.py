@@ -142,22 +142,87 @@ def test_the_loader_keeps_each_node_on_its_half(beton: Path, monkeypatch) -> Non
     assert len(first) + len(second) > 400 - 4 * 8, "fewer than a batch a rank dropped"
 
 
-def test_a_node_local_epoch_resumes_on_its_world_and_refuses_another(
-    beton: Path, monkeypatch
-) -> None:
+def test_a_node_local_epoch_resumes_on_its_world_and_on_another(beton: Path, monkeypatch) -> None:
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # 2 ranks: 2 nodes of 1
-    kw = {"batch_size": 8, "partition": "node", "world_size": 2, "seed": 4}
-    full = _ids(make_loader(beton, rank=1, **kw))
-    first = make_loader(beton, rank=1, **kw)
-    it = iter(first)
-    done = [y for _ in range(3) for y in next(it)[2].tolist()]
-    state = first.state_dict()
-    resumed = make_loader(beton, rank=1, **kw)
+    kw = {"batch_size": 8, "partition": "node", "canonical_nodes": 4, "seed": 4}
+    full = _ids(make_loader(beton, rank=1, world_size=2, **kw))
+    firsts = [make_loader(beton, rank=r, world_size=2, **kw) for r in range(2)]
+    its = [iter(f) for f in firsts]
+    done = [y for it in its for _ in range(3) for y in next(it)[2].tolist()]
+    state = firsts[0].state_dict()
+    resumed = make_loader(beton, rank=1, world_size=2, **kw)
     resumed.load_state_dict(state)
-    assert done + _ids(resumed) == full
-    other = make_loader(beton, rank=0, **{**kw, "world_size": 1})
-    with pytest.raises(ValueError, match="partition='node'"):
-        other.load_state_dict(state)
+    assert done[24:] + _ids(resumed) == full, "the same world continues exactly"
+    # 4 nodes of 1 now: each node reads what is left of its own two buckets
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    rest = []
+    for rank in range(4):
+        loader = make_loader(beton, rank=rank, world_size=4, **kw)
+        loader.load_state_dict(state)
+        rest.append(_ids(loader))
+    assert len({len(r) for r in rest}) == 1
+    read = done + [y for r in rest for y in r]
+    assert len(set(read)) == len(read), "nothing read twice"
+    assert len(read) > 400 - 4 * 8 - 2 * 8, "nothing lost but the drop_last cuts"
+    assert max(rest[0] + rest[1]) < min(rest[2] + rest[3]), "the halves stay apart"
+    with pytest.raises(ValueError, match="partition node over 4 buckets"):
+        make_loader(beton, rank=0, world_size=2, batch_size=8, seed=4).load_state_dict(state)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    counts=st.lists(st.integers(1, 6), min_size=16, max_size=48),
+    worlds=st.lists(
+        st.tuples(st.sampled_from([1, 2, 4]), st.integers(1, 3), st.sampled_from([2, 3])),
+        min_size=2,
+        max_size=3,
+    ),
+    consumed=st.lists(st.integers(0, 4), min_size=3, max_size=3),
+    drop_last=st.booleans(),
+    epoch=st.integers(0, 3),
+)
+def test_elastic_resume_keeps_each_node_on_its_buckets(
+    counts: list[int],
+    worlds: list[tuple[int, int, int]],
+    consumed: list[int],
+    drop_last: bool,
+    epoch: int,
+) -> None:
+    """Run an epoch on world after world (nodes, ranks per node, batch), each consuming a
+    few batches, then read the rest: equal lengths, each node within its buckets, nothing
+    read twice (drop_last) or nothing left unread (without)."""
+    from ffcv_pairs.load.elastic import Segment, resumed_order
+
+    index = _index(counts)
+    canonical = 4
+    history: list[Segment] = []
+    read: list[int] = []
+    for k, (nodes, per_node, batch) in enumerate(worlds):
+        specs = [
+            _spec(r, nodes, per_node, canonical, batch=batch, drop_last=drop_last)
+            for r in range(nodes * per_node)
+        ]
+        try:
+            orders = [resumed_order(index, s, epoch, history) for s in specs]
+        except ValueError as e:  # a node left too small for the others' share: named
+            assert "samples" in str(e)
+            return
+        assert len({len(o) for o in orders}) == 1, "equal lengths on every rank"
+        held = [set(node_index(index, specs[0], p).samples.tolist()) for p in range(nodes)]
+        for r, order in enumerate(orders):
+            assert set(order.tolist()) <= held[r // per_node], f"world {k} rank {r} left its node"
+        last = k == len(worlds) - 1
+        take = len(orders[0]) if last else min(len(orders[0]), consumed[k] * batch)
+        batches = take // batch if not last else 0
+        if not last:
+            take = batches * batch
+            history.append(Segment(nodes * per_node, batch, drop_last, batches, nodes=nodes))
+        for order in orders:
+            read += order[:take].tolist()
+    if drop_last:
+        assert len(set(read)) == len(read), "a sample read twice in one epoch"
+    else:
+        assert set(read) == set(range(index.num_samples)), "a sample never read"
 
 
 def test_the_multinode_config_asks_for_the_node_local_order(tmp_path: Path, monkeypatch) -> None:
@@ -174,3 +239,16 @@ def test_the_multinode_config_asks_for_the_node_local_order(tmp_path: Path, monk
     )
     options = cli.datamodule.loader_options
     assert options["partition"] == "node" and options["canonical_nodes"] == 8
+
+
+def test_a_world_of_other_nodes_is_not_continued_as_the_same() -> None:
+    from ffcv_pairs.load.elastic import Segment, resume_point
+
+    ran = Segment(4, 8, True, 5, nodes=2)
+    history, skip = resume_point([ran], Segment(4, 8, True, nodes=4))
+    assert history == (ran,) and skip == 0, "4 ranks on 4 nodes deal otherwise than on 2"
+    assert resume_point([ran], Segment(4, 8, True, nodes=2)) == ((), 5)
+    assert (
+        Segment.from_dict({"world_size": 4, "batch_size": 8, "drop_last": True, "batches": 1}).nodes
+        == 1
+    )

@@ -33,7 +33,7 @@ import numpy as np
 
 from .._checks import flag, integer, shown
 from .index import PageIndex
-from .node_order import rank_order
+from .node_order import node_resumed_order, rank_order
 from .order import OrderSpec, deal, read_order
 
 __all__ = [
@@ -63,21 +63,29 @@ class Segment:
         batch_size: Samples per batch on one rank.
         drop_last: Whether that world cut its slices to whole batches.
         batches: Batches each rank consumed in this stretch.
+        nodes: Physical nodes of that world, for the node-local order (1 for the
+            global order; states saved before it existed have no ``nodes``).
     """
 
     world_size: int
     batch_size: int
     drop_last: bool
     batches: int = 0
+    nodes: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("world_size", "batch_size", "batches"):
+        for name in ("world_size", "batch_size", "batches", "nodes"):
             value = getattr(self, name)
             least = 0 if name == "batches" else 1
             if isinstance(value, bool) or not isinstance(value, int | np.integer):
                 raise TypeError(f"segment {name} must be an int, got {shown(value)}")
             if value < least:
                 raise ValueError(f"segment {name} must be at least {least}, got {value}")
+        if self.world_size % self.nodes:
+            raise ValueError(
+                f"segment world_size {self.world_size} is not a whole number of ranks on each "
+                f"of its {self.nodes} nodes"
+            )
 
     @classmethod
     def from_dict(cls, data: Any, name: str = "segment") -> Segment:
@@ -90,7 +98,7 @@ class Segment:
         if not isinstance(data, dict):
             raise TypeError(f"{name} must be a mapping, got {data!r} ({type(data).__name__})")
         keys = {"world_size", "batch_size", "drop_last", "batches"}
-        if set(data) != keys:
+        if set(data) - {"nodes"} != keys:
             raise ValueError(
                 f"{name} must have the keys {sorted(keys)}, got {sorted(map(str, data))}"
             )
@@ -99,17 +107,19 @@ class Segment:
             integer(f"{name}.batch_size", data["batch_size"], 1, MAX_BATCH),
             flag(f"{name}.drop_last", data["drop_last"]),
             integer(f"{name}.batches", data["batches"], 0, MAX_BATCH),
+            integer(f"{name}.nodes", data.get("nodes", 1), 1, MAX_WORLD),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def same_world(self, other: Segment) -> bool:
-        """Same ranks, batch size and cut: one continues the other."""
-        return (self.world_size, self.batch_size, self.drop_last) == (
+        """Same ranks (and nodes), batch size and cut: one continues the other."""
+        return (self.world_size, self.batch_size, self.drop_last, self.nodes) == (
             other.world_size,
             other.batch_size,
             other.drop_last,
+            other.nodes,
         )
 
 
@@ -202,13 +212,8 @@ def resumed_order(
     Without history, the epoch's own order. A pure function: every rank of a
     resumed job computes its share from the same (rank 0's) segments.
     """
-    if history and spec.partition == "node":
-        raise ValueError(
-            f"cannot resume epoch {epoch} mid-way on another world with partition='node' "
-            f"(the state's world: {history[-1].world_size} ranks, batch "
-            f"{history[-1].batch_size}): its rest would be dealt across nodes; resume on the "
-            f"same world, or from an end-of-epoch checkpoint"
-        )
+    if spec.partition == "node":
+        return node_resumed_order(index, spec, epoch, history)
     pool = remaining(index, spec, epoch, history)
     if pool is None:
         return rank_order(index, spec, epoch)
@@ -254,7 +259,8 @@ class EpochPosition:
 
 
 def _world(spec: OrderSpec) -> Segment:
-    return Segment(spec.world_size, spec.batch_size, spec.drop_last)
+    nodes = spec.nodes if spec.partition == "node" else 1
+    return Segment(spec.world_size, spec.batch_size, spec.drop_last, nodes=nodes)
 
 
 def resume_epoch(

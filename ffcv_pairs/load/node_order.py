@@ -24,14 +24,20 @@ What it costs: a sample never meets the samples of other nodes' buckets in an ep
 batch draws only from its node's stretch. What it buys: a node reads (or downloads, or
 keeps in its page cache) only ``1 / P`` of the dataset each epoch.
 
-A mid-epoch resume on the same world continues exactly; on another world it is refused
-(resume at an epoch boundary, or use the global order): the rest of a node-local epoch
-would have to be dealt across nodes.
+**Elastic resume.** A mid-epoch state lists the worlds the epoch ran on (ranks, nodes,
+batch, batches consumed; :mod:`~.elastic`). The rest of the epoch is every sample of each
+node's buckets that no rank consumed: :func:`node_resumed_order` replays the worlds (each
+rank's order in each, from what the ones before left), and deals each new node the rest of
+its own buckets, in its epoch's sequence order, in equal slices as above. So samples never
+leave their buckets' node, even when the node count changes, and each is read once (but for
+the ``drop_last`` cut, or the padding without it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
@@ -42,10 +48,12 @@ from .order import OrderSpec, epoch_order, read_order
 from .world import local_ranks
 
 __all__ = [
+    "SegmentLike",
     "bucket_bounds",
     "loader_spec",
     "node_index",
     "node_order",
+    "node_resumed_order",
     "node_share",
     "rank_order",
     "rank_samples",
@@ -158,3 +166,82 @@ def loader_spec(
     return replace(
         spec, partition="node", nodes=nodes, canonical_nodes=cfg.canonical_nodes or nodes
     )
+
+
+class SegmentLike(Protocol):
+    """What :func:`node_resumed_order` reads of an :class:`~.elastic.Segment`."""
+
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def drop_last(self) -> bool: ...
+    @property
+    def batches(self) -> int: ...
+    @property
+    def nodes(self) -> int: ...
+
+
+def _pool_order(index: PageIndex, spec: OrderSpec, epoch: int, consumed: np.ndarray) -> np.ndarray:
+    """This rank's ids after ``consumed``: its node's unconsumed samples, in the node's
+    sequence order, dealt to the node's ranks in equal slices (equal across nodes)."""
+    pools = []
+    for node in range(spec.nodes):
+        mine = node_index(index, spec, node)
+        local = _local_spec(spec, node)
+        sequence = read_order(mine, local, epoch, 0, mine.num_samples, None)
+        pools.append(sequence[~consumed[sequence]])
+    node = _nodes(spec)[2]
+    local = _local_spec(spec, node)
+    lengths = [local.share(len(pool))[1] for pool in pools]
+    length = min(lengths) if spec.drop_last else max(lengths)
+    pool = pools[node]
+    start = local.share(len(pool))[0]
+    if length and not len(pool):
+        raise ValueError(f"node {node} has no samples left for the {length} each rank must read")
+    return pool[(start + np.arange(length, dtype=np.int64)) % max(1, len(pool))]
+
+
+def node_resumed_order(
+    index: PageIndex, spec: OrderSpec, epoch: int, history: Sequence[SegmentLike]
+) -> np.ndarray:
+    """This rank's ids in ``epoch`` after the worlds of ``history`` (see the module
+    docstring); the epoch's own order without history.
+
+    Raises:
+        ValueError: a segment claims more batches than its ranks had.
+    """
+    if not history:
+        return node_order(index, spec, epoch)
+    consumed: np.ndarray | None = None
+    size = int(index.samples.max(initial=-1)) + 1
+    for number, seg in enumerate(history):
+        world = replace(
+            spec,
+            rank=0,
+            world_size=seg.world_size,
+            batch_size=seg.batch_size,
+            drop_last=seg.drop_last,
+            nodes=seg.nodes,
+        )
+        now = np.zeros(size, dtype=bool) if consumed is None else consumed.copy()
+        for rank in range(seg.world_size):
+            ranked = replace(world, rank=rank)
+            order = (
+                node_order(index, ranked, epoch)
+                if consumed is None
+                else _pool_order(index, ranked, epoch, consumed)
+            )
+            if seg.batches * seg.batch_size > len(order) + (
+                0 if seg.drop_last else seg.batch_size - 1
+            ):
+                raise ValueError(
+                    f"resume segment {number} ({seg.world_size} ranks on {seg.nodes} nodes, batch "
+                    f"{seg.batch_size}) says each rank consumed {seg.batches} batches, more than "
+                    f"it had: a state from another file or selection?"
+                )
+            now[order[: seg.batches * seg.batch_size]] = True
+        consumed = now
+    assert consumed is not None
+    return _pool_order(index, spec, epoch, consumed)

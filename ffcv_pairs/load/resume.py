@@ -114,7 +114,9 @@ def resume_fingerprint(
         "content": content_identity(reader),
         "file": file_identity(reader),
         "indices": mixture or _indices_identity(index, reader.num_samples),
-        "order": spec.kind,
+        "order": spec.kind
+        if spec.partition == "global"
+        else f"{spec.kind}, partition node over {spec.canonical_nodes} buckets",
         "window_pages": spec.window_pages,
         "seed": spec.seed,
         "world_size": spec.world_size,

@@ -33,6 +33,14 @@ def _write(path: Path, a: np.ndarray, b: np.ndarray, labels: np.ndarray, **kw) -
     return path
 
 
+def _two_shards(root: Path, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Path]]:
+    """64 pairs of :func:`make_arrays` in two shards of 32 in ``root``: (A, B, labels, paths)."""
+    a, b, labels = make_arrays(64, seed=seed)
+    halves = [slice(0, 32), slice(32, 64)]
+    paths = [_write(root / f"s{k}.beton", a[h], b[h], labels[h]) for k, h in enumerate(halves)]
+    return a, b, labels, paths
+
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(one file of N pairs, a manifest of the same pairs in three shards)."""
@@ -164,16 +172,7 @@ def test_resume_mid_epoch_across_shards(dataset: tuple[Path, Path]) -> None:
 
 
 def test_a_state_of_another_manifest_is_refused_by_name(tmp_path: Path) -> None:
-    a, b, labels = make_arrays(64, seed=3)
-    shards = [
-        _write(
-            tmp_path / f"s{k}.beton",
-            a[32 * k : 32 * k + 32],
-            b[32 * k : 32 * k + 32],
-            labels[32 * k : 32 * k + 32],
-        )
-        for k in range(2)
-    ]
+    *_, shards = _two_shards(tmp_path, seed=3)
     manifest = tmp_path / "d.json"
     add_shards(manifest, shards[:1])
     loader = make_loader(manifest, batch_size=8)
@@ -204,16 +203,7 @@ def test_a_loader_keeps_reading_the_dataset_it_opened_after_an_append(tmp_path: 
 
 
 def test_a_shard_that_differs_from_its_entry_is_refused_by_name(tmp_path: Path) -> None:
-    a, b, labels = make_arrays(64, seed=5)
-    shards = [
-        _write(
-            tmp_path / f"s{k}.beton",
-            a[32 * k : 32 * k + 32],
-            b[32 * k : 32 * k + 32],
-            labels[32 * k : 32 * k + 32],
-        )
-        for k in range(2)
-    ]
+    a, b, labels, shards = _two_shards(tmp_path, seed=5)
     manifest = tmp_path / "d.json"
     add_shards(manifest, shards)
     # s1 rewritten (renamed over, as the writer does) with other pixels: same size, new digest
@@ -226,16 +216,7 @@ def test_a_shard_that_differs_from_its_entry_is_refused_by_name(tmp_path: Path) 
 
 
 def test_a_shard_changed_in_place_mid_epoch_is_named(tmp_path: Path) -> None:
-    a, b, labels = make_arrays(64, seed=6)
-    shards = [
-        _write(
-            tmp_path / f"s{k}.beton",
-            a[32 * k : 32 * k + 32],
-            b[32 * k : 32 * k + 32],
-            labels[32 * k : 32 * k + 32],
-        )
-        for k in range(2)
-    ]
+    *_, shards = _two_shards(tmp_path, seed=6)
     manifest = tmp_path / "d.json"
     add_shards(manifest, shards)
     loader = make_loader(manifest, batch_size=4, batches_ahead=1)

@@ -1,4 +1,5 @@
-"""The shards of a dataset manifest read as one `.beton`.
+"""The shards of a dataset manifest (or of several datasets: a mixture's) read as one
+`.beton`.
 
 :class:`JoinedReader` answers what the loader asks a :class:`~ffcv_pairs.format.reader.
 PairReader` (schema, sample count, page size, metadata, pointers, sizes) for the dataset

@@ -147,7 +147,7 @@ def shard_path(args: argparse.Namespace, split: str) -> Iterator[Path]:
 
 def append_shard(manifest: Path, beton: Path) -> str:
     """Add ``beton`` to ``manifest`` (created when missing); the line to print."""
-    from .format.shards import add_shards
+    from .format.merging import add_shards
 
     manifest.parent.mkdir(parents=True, exist_ok=True)
     dataset = add_shards(manifest, [beton])
@@ -167,10 +167,18 @@ def add_merge_args(p: argparse.ArgumentParser) -> None:
 def merge(args: argparse.Namespace) -> int:
     """``merge A.beton B.beton ... -o train.json``: list the shards (parts of one source
     in part order) in a dataset manifest, without copying data."""
-    from .format.shards import merge_parts
+    from .format.merging import merge_parts
 
     out = _manifest_out("-o", args.out)
     dataset = merge_parts(args.shards, out)
+    kept = {os.path.realpath(p) for p in dataset.paths(out)}
+    dropped = sorted(_listed(out) - kept)
+    if dropped:  # rewriting a manifest never drops a dataset's shards
+        more = f" and {len(dropped) - 1} more" if len(dropped) > 1 else ""
+        raise ValueError(
+            f"-o {out} already lists {dropped[0]}{more}, which this merge does not: remove "
+            f"{out} first or give another -o"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     dataset.save(out)
     print(f"merged {_shards(len(dataset.shards))}, {dataset.num_samples} samples into {out}")
@@ -211,11 +219,12 @@ def inspect_dataset(path: Path, preview: int | None) -> int:
 
 def _entry_mismatch(entry: ShardEntry, path: Path, root: Path) -> str | None:
     """How the shard at ``path`` differs from its manifest entry; None when it does not."""
+    from .format.merging import shard_entry
     from .format.reader import BetonError
-    from .format.shards import shard_entry
 
     if not path.is_file():
-        return f"{path}: missing (the manifest lists it)"
+        what = "not a regular file" if path.exists() else "missing"
+        return f"{path}: {what} (the manifest lists it)"
     try:
         found = shard_entry(path, root)
     except BetonError as e:

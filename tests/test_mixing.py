@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ffcv_pairs import ArraySource, make_loader, write_pairs
 from ffcv_pairs.format.joined import JoinedReader
-from ffcv_pairs.format.shards import add_shards
+from ffcv_pairs.format.merging import add_shards
 from ffcv_pairs.load.elastic import EpochPosition
 from ffcv_pairs.load.index import PageIndex
 from ffcv_pairs.load.mixing import EpochSamples, Mixture, Stream, as_streams
@@ -84,7 +84,7 @@ def test_a_mixture_that_does_not_add_up_is_refused(
     ("kwargs", "match"),
     [
         ({"proportion": 0.5, "repeat": 2}, r"give one of proportion, repeat or choose"),
-        ({"proportion": -1}, "proportion must be a positive number, got -1"),
+        ({"proportion": -1}, "proportion must be a positive finite number, got -1"),
         ({"choose": 2.5}, "choose must be a positive integer, got 2.5"),
     ],
 )
@@ -286,3 +286,36 @@ def test_the_datamodule_trains_on_a_mixture_from_yaml(
         PairDataModule(str(datasets[1]), train_streams=[Stream(datasets[0])], batch_size=4)
     with pytest.raises(ValueError, match="epoch_size=5 goes with train_streams"):
         PairDataModule(str(datasets[1]), epoch_size=5, batch_size=4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"proportion": float("inf")}, "proportion must be a positive finite number, got inf"),
+        ({"repeat": float("inf")}, "repeat must be a positive finite number, got inf"),
+        ({"proportion": True}, "proportion must be a positive finite number, got True"),
+        ({"repeat": np.bool_(True)}, "repeat must be a positive finite number, got True"),
+        ({"proportion": np.float32("nan")}, "proportion must be a positive finite number, got nan"),
+        ({"choose": np.float64(3.0)}, "choose must be a positive integer, got 3.0"),
+    ],
+)
+def test_an_infinite_or_boolean_weight_is_refused_by_name(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=f"^stream x.json: {match}$"):
+        Stream("x.json", **kwargs)
+
+
+def test_numpy_weights_count_as_their_numbers() -> None:
+    streams = [Stream("a", proportion=np.float32(0.7)), Stream("b", proportion=np.float64(0.3))]
+    assert Mixture(streams, [50, 10], 101).counts.tolist() == [71, 30]
+    mix = Mixture(
+        [Stream("a", repeat=np.float32(2.5)), Stream("b", choose=np.int64(7))], [10, 4], None
+    )
+    assert mix.counts.tolist() == [25, 7]
+
+
+def test_a_dataset_twice_in_a_mixture_or_no_path_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"streams\[2\]: .*/a.json is also streams\[0\]"):
+        as_streams([(tmp_path / "a.json", 0.5), ("b.beton", 1.0), (f"{tmp_path}/./a.json", 0.5)])
+    no_path = r"^streams\[0\]: stream path must be a file path, got None$"
+    with pytest.raises(TypeError, match=no_path):
+        as_streams([{"path": None, "proportion": 1.0}])

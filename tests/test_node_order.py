@@ -4,6 +4,7 @@ read twice beyond what drop_last and padding say; the loader refuses what it can
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -252,3 +253,42 @@ def test_a_world_of_other_nodes_is_not_continued_as_the_same() -> None:
         Segment.from_dict({"world_size": 4, "batch_size": 8, "drop_last": True, "batches": 1}).nodes
         == 1
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "world", "match"),
+    [
+        ("LOCAL_WORLD_SIZE", "4", 6, "world_size 6 is not a whole number of nodes of 4 ranks"),
+        ("LOCAL_WORLD_SIZE", "8", 2, "world_size 2 is not a whole number of nodes of 8 ranks"),
+        ("SLURM_NTASKS_PER_NODE", "3", 4, "world_size 4 is not a whole number of nodes of 3"),
+        (
+            "LOCAL_WORLD_SIZE",
+            "abc",
+            2,
+            "LOCAL_WORLD_SIZE='abc': the ranks on this node, a positive",
+        ),
+        ("LOCAL_WORLD_SIZE", "0", 2, "LOCAL_WORLD_SIZE='0': the ranks on this node, a positive"),
+        ("SLURM_NTASKS_PER_NODE", "-2", 2, "SLURM_NTASKS_PER_NODE='-2': the ranks on this node"),
+    ],
+)
+def test_ranks_that_make_no_whole_nodes_are_refused_by_name(
+    beton: Path, monkeypatch, env: str, value: str, world: int, match: str
+) -> None:
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.delenv("SLURM_NTASKS_PER_NODE", raising=False)
+    monkeypatch.setenv(env, value)  # before: 6 ranks as 1 node of 6, "0" as 1 rank a node
+    with pytest.raises(ValueError, match=re.escape(match)):
+        make_loader(beton, batch_size=4, partition="node", rank=0, world_size=world)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_a_node_without_samples_is_refused_on_every_rank_at_once(
+    tmp_path: Path, monkeypatch, drop_last: bool
+) -> None:
+    path = write_small_beton(tmp_path, n=5)[0]  # one page: node 0's bucket holds it all
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    for rank in range(4):  # before: ranks 0..3 built, and rank 1 failed in its first epoch
+        with pytest.raises(ValueError, match=r"^partition='node': node 1 of 4 holds none \("):
+            make_loader(
+                path, batch_size=1, partition="node", rank=rank, world_size=4, drop_last=drop_last
+            )

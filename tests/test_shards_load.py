@@ -5,6 +5,7 @@ rank layout; resume across shards; a changed manifest or shard refused by name."
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 
 from ffcv_pairs import ArraySource, BetonError, PairAugment, make_loader, write_pairs
 from ffcv_pairs.format.joined import JoinedReader
-from ffcv_pairs.format.shards import DatasetManifest, add_shards, merge_parts
+from ffcv_pairs.format.merging import add_shards, merge_parts
+from ffcv_pairs.format.shards import DatasetManifest
 from ffcv_pairs.load.index import PageIndex
 from ffcv_pairs.load.order import OrderSpec, epoch_order
 from ffcv_pairs.load.pipeline import LoaderError
@@ -337,3 +339,77 @@ def test_the_watch_looks_at_the_shards_a_batch_reads(tmp_path: Path) -> None:
     with pytest.raises(BetonChangedError, match=r"f1: overwritten in place"):
         watch.check()  # no ids: every file
     watch.close()
+
+
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A manifest of two shards of 32 pairs (left as written: tests write their copies)."""
+    root = tmp_path_factory.mktemp("hostile")
+    manifest = root / "d.json"
+    merge_parts(_two_shards(root, seed=11)[3], manifest).save(manifest)
+    return manifest
+
+
+def _listing(manifest: Path, name: str, change) -> Path:
+    body = json.loads(manifest.read_text())
+    change(body)
+    out = manifest.with_name(f"{name}.json")
+    out.write_text(json.dumps(body))
+    return out
+
+
+def _dup(body: dict) -> None:
+    body["shards"][1] = dict(body["shards"][0])
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (_dup, r"shard 's0.beton' is listed twice\)$"),
+        (
+            lambda b: b["shards"][0].update(samples=10**30) or b.update(samples=10**30 + 32),
+            r"shard 's0.beton': samples must be an integer in \[1, 4611686018427387904\], got 1",
+        ),
+        (
+            lambda b: [e.update(samples=2**62) for e in b["shards"]] and b.update(samples=2**63),
+            r"9223372036854775808 samples, more than 4611686018427387904",
+        ),
+        (
+            lambda b: b["shards"][0].update(part="x"),
+            r"shard 's0.beton': part must be null or an object with integers index, count, first",
+        ),
+    ],
+    ids=["twice", "huge", "total", "part"],
+)
+def test_a_manifest_that_lists_a_shard_twice_or_lies_is_refused(
+    two_shards: Path, change, match: str, request: pytest.FixtureRequest
+) -> None:
+    bad = _listing(two_shards, request.node.callspec.id, change)  # before: read twice, traceback
+    with pytest.raises(BetonError, match=f"^{bad}: not a readable dataset manifest \\({match}"):
+        DatasetManifest.load(bad)
+    with pytest.raises(BetonError, match=f"^{bad}: not a readable dataset manifest"):
+        make_loader(bad, batch_size=8)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("{not json", "Expecting property name"),
+        ("[1, 2]", "format 'list', expected 'ffcv-pairs-dataset/1'"),
+        ('{"format": "x/1"}', "format 'x/1', expected 'ffcv-pairs-dataset/1'"),
+    ],
+)
+def test_a_json_file_that_is_no_manifest_is_not_read_as_a_beton(
+    tmp_path: Path, text: str, match: str
+) -> None:
+    path = tmp_path / "d.json"
+    path.write_text(text)  # before: "too small to be a .beton", "not a .beton (format version"
+    with pytest.raises(BetonError, match=f"^{path}: not a readable dataset manifest \\({match}"):
+        make_loader(path, batch_size=8)
+
+
+def test_a_sidecar_given_as_a_dataset_is_named_as_one(two_shards: Path) -> None:
+    sidecar = two_shards.with_name("s0.beton.json")
+    sidecar_hint = r"format 'ffcv-pairs-manifest/2': a \.beton's sidecar; give the \.beton\)$"
+    with pytest.raises(BetonError, match=sidecar_hint):
+        make_loader(sidecar, batch_size=8)

@@ -22,9 +22,10 @@ from writer_proc import WAIT_SECONDS, finish, start_writer
 
 from ffcv_pairs import ArraySource, open_source, write_pairs
 from ffcv_pairs.cli import main, write_main
+from ffcv_pairs.format.merging import add_shards, merge_parts
 from ffcv_pairs.format.reader import BetonError, PairReader
 from ffcv_pairs.format.schema import PairSchema
-from ffcv_pairs.format.shards import DatasetManifest, add_shards, merge_parts
+from ffcv_pairs.format.shards import DatasetManifest
 from ffcv_pairs.format.sidecar import Manifest, manifest_path
 from ffcv_pairs.write import tracker
 from ffcv_pairs.write.shuffle import Permutation
@@ -458,3 +459,47 @@ def test_dask_tasks_write_the_parts(tmp_path: Path) -> None:
     write_pairs(ArraySource(a, b, labels), whole, **FAST)
     _assert_rows(_dataset_rows(manifest), _rows(whole))
     assert [e.samples for e in DatasetManifest.load(manifest).shards] == [20, 20, 21]
+
+
+def test_merge_never_drops_the_shards_of_a_manifest_it_rewrites(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    shards = [tmp_path / f"s{k}.beton" for k in range(3)]
+    for k, path in enumerate(shards):
+        write_pairs(_source(8, seed=k), path, **FAST)
+    manifest = tmp_path / "d.json"
+    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(manifest)]) == 0
+    before = manifest.read_bytes()
+    capsys.readouterr()
+    assert main(["merge", str(shards[2]), "-o", str(manifest)]) == 2  # before: rewritten
+    assert _one_line_error(capsys) == (
+        f"error: -o {manifest} already lists {shards[0]} and 1 more, which this merge does "
+        f"not: remove {manifest} first or give another -o"
+    )
+    assert manifest.read_bytes() == before
+    assert main(["merge", *map(str, shards), "-o", str(manifest)]) == 0  # a superset: fine
+    assert len(DatasetManifest.load(manifest).shards) == 3
+    capsys.readouterr()
+    assert main(["merge", str(manifest), "-o", str(tmp_path / "e.json")]) == 2
+    assert _one_line_error(capsys) == (
+        f"error: {manifest}: a dataset manifest, not a .beton: give its shards' .beton files"
+    )
+
+
+def test_inspect_and_verify_of_a_bad_listing_are_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    write_pairs(_source(8), tmp_path / "s.beton", **FAST)
+    manifest = tmp_path / "d.json"
+    add_shards(manifest, [tmp_path / "s.beton"])
+    body = manifest.read_text()
+    manifest.write_text(body.replace('"part": null', '"part": [1]'))
+    assert main(["inspect", str(manifest)]) == 2  # before: a TypeError's traceback
+    assert "part must be null or an object with integers" in _one_line_error(capsys)
+    (tmp_path / "dir.beton").mkdir()
+    manifest.write_text(body.replace('"s.beton"', '"dir.beton"'))
+    assert main(["verify", str(manifest)]) == 1
+    assert (
+        capsys.readouterr().out
+        == f"FAIL: {tmp_path / 'dir.beton'}: not a regular file (the manifest lists it)\n"
+    )

@@ -81,7 +81,7 @@ def _convert(src: str, out: str, workers: int, readahead: str, part: int) -> dic
 
 
 def _merge(paths: list[str], manifest: str) -> int:
-    from ffcv_pairs.format.shards import merge_parts
+    from ffcv_pairs.format.merging import merge_parts
 
     merged = merge_parts(paths, manifest)
     merged.save(manifest)

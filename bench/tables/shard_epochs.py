@@ -31,7 +31,7 @@ def _write(root: Path, n: int, shards: int) -> str:
     import numpy as np
 
     from ffcv_pairs import ArraySource, write_pairs
-    from ffcv_pairs.format.shards import merge_parts
+    from ffcv_pairs.format.merging import merge_parts
 
     target = root / (f"one_{n}.beton" if shards == 1 else f"d{n}_{shards}.json")
     if target.exists():

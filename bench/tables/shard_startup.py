@@ -40,7 +40,7 @@ def _write_dataset(root: Path, n: int, shards: int) -> Path:
     import numpy as np
 
     from ffcv_pairs import ArraySource, write_pairs
-    from ffcv_pairs.format.shards import merge_parts
+    from ffcv_pairs.format.merging import merge_parts
 
     manifest = root / f"d{n}_{shards}.json"
     if manifest.exists():

@@ -24,6 +24,8 @@ one epoch gets the same augmentation both times (its key is its id and the epoch
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -70,6 +72,8 @@ class Stream:
     choose: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.path, str | os.PathLike):
+            raise TypeError(f"stream path must be a file path, got {_shown(self.path)}")
         given = [n for n in ("proportion", "repeat", "choose") if getattr(self, n) is not None]
         if len(given) > 1:
             raise ValueError(
@@ -77,16 +81,29 @@ class Stream:
             )
         for name in ("proportion", "repeat"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, int | float) and value > 0):
+            if value is not None and not (
+                isinstance(value, numbers.Real)
+                and not isinstance(value, bool | np.bool_)
+                and 0 < float(value) < math.inf
+            ):
                 raise ValueError(
-                    f"stream {self.path}: {name} must be a positive number, got {value!r}"
+                    f"stream {self.path}: {name} must be a positive finite number, "
+                    f"got {_shown(value)}"
                 )
-        if self.choose is not None and (
-            isinstance(self.choose, bool) or not isinstance(self.choose, int) or self.choose < 1
+        choose = self.choose
+        if choose is not None and (
+            isinstance(choose, bool | np.bool_)
+            or not isinstance(choose, numbers.Integral)
+            or choose < 1
         ):
             raise ValueError(
-                f"stream {self.path}: choose must be a positive integer, got {self.choose!r}"
+                f"stream {self.path}: choose must be a positive integer, got {_shown(choose)}"
             )
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message: a numpy scalar as the Python number it holds."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
 
 
 def as_streams(value: Any) -> list[Stream]:
@@ -116,6 +133,15 @@ def as_streams(value: Any) -> list[Stream]:
             )
     if not streams:
         raise ValueError("a mixture needs at least one stream")
+    seen: dict[str, int] = {}
+    for i, stream in enumerate(streams):
+        real = os.path.realpath(stream.path)
+        if real in seen:  # its samples would be taken twice, under two streams' counts
+            raise ValueError(
+                f"streams[{i}]: {stream.path} is also streams[{seen[real]}]; give a dataset "
+                f"once, with a larger proportion, repeat or choose"
+            )
+        seen[real] = i
     return streams
 
 

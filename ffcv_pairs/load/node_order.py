@@ -105,12 +105,24 @@ def _local_spec(spec: OrderSpec, node: int) -> OrderSpec:
 
 def node_share(index: PageIndex, spec: OrderSpec) -> int:
     """Samples every rank reads in an epoch: the shortest node's slice (``drop_last``) or
-    the longest (padded by wrapping)."""
+    the longest (padded by wrapping).
+
+    Raises:
+        ValueError: a node holds fewer samples than that (named), on every rank alike.
+    """
     nodes, _, _ = _nodes(spec)
-    lengths = [
-        _local_spec(spec, p).share(node_index(index, spec, p).num_samples)[1] for p in range(nodes)
-    ]
-    return min(lengths) if spec.drop_last else max(lengths)
+    held = [node_index(index, spec, p).num_samples for p in range(nodes)]
+    lengths = [_local_spec(spec, p).share(n)[1] for p, n in enumerate(held)]
+    length = min(lengths) if spec.drop_last else max(lengths)
+    short = next((p for p, n in enumerate(held) if n < length or not n), None)
+    if short is not None:
+        what = f"{held[short]} samples, fewer than the {length} each of its ranks must read"
+        raise ValueError(
+            f"partition='node': node {short} of {nodes} holds {what if held[short] else 'none'} "
+            f"(buckets end at pages: {index.num_pages} pages in {spec.canonical_nodes} buckets); "
+            f"use fewer nodes or canonical_nodes, smaller pages, or partition='global'"
+        )
+    return length
 
 
 def node_order(index: PageIndex, spec: OrderSpec, epoch: int) -> np.ndarray:
@@ -119,12 +131,7 @@ def node_order(index: PageIndex, spec: OrderSpec, epoch: int) -> np.ndarray:
     mine = node_index(index, spec, node)
     local = _local_spec(spec, node)
     start, _ = local.share(mine.num_samples)
-    length = node_share(index, spec)
-    if length > mine.num_samples:
-        raise ValueError(
-            f"node {node} holds {mine.num_samples} samples, fewer than the {length} each of "
-            f"its ranks must read to match the other nodes: use fewer canonical nodes"
-        )
+    length = node_share(index, spec)  # refuses a node that holds too few
     return read_order(mine, local, epoch, start % max(1, mine.num_samples), length, local.rank)
 
 
@@ -162,7 +169,13 @@ def loader_spec(
             "partition='node' reads one dataset (a .beton or a manifest); a mixture's epochs "
             "change which samples there are, so its order stays global"
         )
-    nodes = world_size // local_ranks(world_size)
+    local = local_ranks(world_size)
+    if world_size % local:
+        raise ValueError(
+            f"partition='node': world_size {world_size} is not a whole number of nodes of "
+            f"{local} ranks (LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE)"
+        )
+    nodes = world_size // local
     return replace(
         spec, partition="node", nodes=nodes, canonical_nodes=cfg.canonical_nodes or nodes
     )

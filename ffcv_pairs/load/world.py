@@ -37,9 +37,18 @@ def resolve_world(
 
 def local_ranks(world_size: int) -> int:
     """Ranks on this node: ``LOCAL_WORLD_SIZE`` (torchrun), ``SLURM_NTASKS_PER_NODE``, or
-    the whole world (one node)."""
-    local = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE")
-    return max(1, int(local) if local else world_size)
+    the whole world (one node).
+
+    Raises:
+        ValueError: the variable is set to something other than a positive integer (named).
+    """
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        local = os.environ.get(name)
+        if local:
+            if not local.strip().isdigit() or int(local) < 1:
+                raise ValueError(f"{name}={local!r}: the ranks on this node, a positive integer")
+            return int(local)
+    return max(1, world_size)
 
 
 def default_num_threads(ranks_on_node: int) -> int:

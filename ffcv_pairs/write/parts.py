@@ -1,7 +1,7 @@
 """One of ``N`` contiguous slices of a source, written as its own shard (``write --part K/N``).
 
 Each machine of a cluster converts its own part; ``ffcv-pairs merge`` then lists the
-parts in a dataset manifest (:func:`~ffcv_pairs.format.shards.merge_parts`). A part's
+parts in a dataset manifest (:func:`~ffcv_pairs.format.merging.merge_parts`). A part's
 sidecar fingerprint holds its record (:data:`~ffcv_pairs.format.shards.PART_KEY`): which
 slice of which source it is, so that the merge can check that the parts tile one source.
 """

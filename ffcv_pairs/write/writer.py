@@ -187,7 +187,7 @@ def write_pairs(
         part: ``(K, N)`` or ``"K/N"``: write only the ``K``-th of ``N`` contiguous slices
             of the source (after ``limit``; see
             :func:`~ffcv_pairs.format.shards.part_slice`), as a shard whose sidecar
-            records the slice, for :func:`~ffcv_pairs.format.shards.merge_parts`.
+            records the slice, for :func:`~ffcv_pairs.format.merging.merge_parts`.
 
     Raises:
         SourceError: bad input, a changed source on resume, or another writer on

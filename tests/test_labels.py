@@ -4,6 +4,7 @@ and array fields, through every source kind, the writer, the loader, upstream's
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -83,9 +84,10 @@ def _source(kind: str, d: dict[str, np.ndarray], root: Path) -> object:
     return open_source(root, "train")
 
 
-def _check_batches(path: Path, d: dict[str, np.ndarray], order: str) -> None:
-    """Every sample once, each field equal to its source, in ``order``."""
-    loader = make_loader(path, batch_size=4, order=order, drop_last=False, seed=3)
+def _check_batches(path: Path, d: dict[str, np.ndarray], order: str, cache: bool = True) -> None:
+    """Every sample once, each field equal to its source, in ``order`` (``cache``: through
+    the OS cache, else upstream's process cache)."""
+    loader = make_loader(path, batch_size=4, order=order, drop_last=False, seed=3, os_cache=cache)
     seen = []
     for batch in loader:
         a, b, label, depth, ident = batch
@@ -114,6 +116,7 @@ def test_labels_and_extras_round_trip(tmp_path: Path, source: str, label: str) -
     }
     for order in ("sequential", "random", "quasi_random"):
         _check_batches(out, d, order)
+    _check_batches(out, d, "random", cache=False)
 
 
 @pytest.mark.parametrize("label", ["float", "vector", "mask"])
@@ -331,3 +334,23 @@ def test_items_with_no_extras_write_a_plain_file(tmp_path: Path, source: str) ->
     assert PairReader(out).schema.plain
     _, _, label = next(iter(make_loader(out, batch_size=N, order="sequential")))
     assert label.tolist() == list(range(N))
+
+
+def test_shards_of_a_dataset_keep_every_field(tmp_path: Path) -> None:
+    """A dataset manifest of three shards reads every field as one file would."""
+    from ffcv_pairs.format.shards import merge_parts
+
+    d = _data("mask", seed=5)
+    cuts = [0, 7, 15, N]
+    shards = []
+    for k, (lo, hi) in enumerate(itertools.pairwise(cuts)):
+        part = {key: value[lo:hi] for key, value in d.items()}
+        src = ArraySource(
+            part["a"], part["b"], part["label"], depth=part["depth"], ident=part["ident"]
+        )
+        shards.append(tmp_path / "parts" / f"s{k}.beton")
+        write_pairs(src, shards[-1], page_size=4096, workers=1, progress=False)
+    manifest = tmp_path / "all.json"
+    merge_parts(shards, manifest).save(manifest)
+    for order in ("sequential", "quasi_random"):
+        _check_batches(manifest, d, order)

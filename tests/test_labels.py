@@ -230,17 +230,70 @@ def test_a_sample_unlike_sample_0_is_refused_by_name(
     assert f"list[13].{field}: {said}" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_missing_extra_and_jpeg_with_extras_are_refused(tmp_path: Path) -> None:
+def test_a_missing_extra_field_is_refused_by_name(tmp_path: Path) -> None:
     d = _data("vector")
     items = list(_source("sequence", d, tmp_path))  # type: ignore[call-overload]
     a, b, label, extras = items[5]
     items[5] = (a, b, label, {"depth": extras["depth"]})
     with pytest.raises(SourceError, match=r"list\[5\]\.label: extra fields \['depth'\] differ"):
         write_pairs(items, tmp_path / "x.beton", page_size=4096, workers=1, progress=False)
-    with pytest.raises(SourceError, match="JPEG storage takes an integer label and no extra"):
-        write_pairs(
-            _source("sequence", d, tmp_path), tmp_path / "j.beton", codec="jpeg", progress=False
-        )
+
+
+def _check_values(path: Path, d: dict[str, np.ndarray]) -> None:
+    """Every sample once, its label and extras equal to its source (images: JPEG)."""
+    seen = []
+    for _, _, label, depth, ident in make_loader(path, batch_size=4, drop_last=False, seed=1):
+        rows = (ident // 7).numpy()
+        seen += rows.tolist()
+        assert torch.equal(label, torch.from_numpy(np.ascontiguousarray(d["label"][rows])))
+        assert np.array_equal(depth.numpy(), d["depth"][rows])
+    assert sorted(seen) == list(range(N))
+
+
+@pytest.mark.parametrize("source", ["arrays", "batched"])
+@pytest.mark.parametrize("label", ["float", "mask"])
+def test_jpeg_images_with_labels_and_extras(
+    capsys, tmp_path: Path, source: str, label: str
+) -> None:
+    d = _data(label)
+    src = _source(source, d, tmp_path / "src")
+    out = tmp_path / "train.beton"
+    write_pairs(src, out, page_size=4096, workers=2, codec="jpeg", progress=False, shuffle_seed=4)
+    reader = PairReader(out)
+    assert reader.schema.a.jpeg is not None and reader.schema.label == WANT[label]
+    _check_values(out, d)
+    if source == "batched":
+        args = [str(out), "--against", str(tmp_path / "src"), "--samples", "all"]
+        assert main(["verify", *args]) == 0, capsys.readouterr()
+
+
+def test_jpeg_kill_then_resume_is_byte_identical(
+    capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Pages packed before the kill are kept (their trailers give back each sample's
+    pointers and scalar fields); the rest is encoded again, to the same bytes."""
+    from conftest import small_argv
+    from writer_proc import finish, start_writer
+
+    from ffcv_pairs.cli import write_main
+    from ffcv_pairs.write import tracker
+
+    monkeypatch.setattr(tracker, "JOURNAL_SECONDS", 0.0)  # journal after every page
+
+    d = _data("mask", seed=8)
+    src = tmp_path / "src"
+    _source("per-sample", d, src)
+    jpeg = ["--codec", "jpeg", "--workers", "1"]
+    whole, out = tmp_path / "whole", tmp_path / "out"
+    assert write_main(small_argv(src, whole, *jpeg)) == 0
+    proc = start_writer(small_argv(src, out, *jpeg), tmp_path / "log", "page@2:kill")
+    assert finish(proc) != 0
+    capsys.readouterr()
+    assert write_main(small_argv(src, out, *jpeg, "--resume")) == 0
+    kept = int(capsys.readouterr().out.split("resumed: kept ")[1].split()[0])
+    assert kept >= 2
+    assert (out / "train.beton").read_bytes() == (whole / "train.beton").read_bytes()
+    _check_values(out / "train.beton", d)
 
 
 def test_kill_then_resume_keeps_every_field(

@@ -261,8 +261,9 @@ class PackedLayout(_Tables):
     """A `.beton` whose samples were packed into ``num_pages`` pages in order.
 
     Attributes:
-        ptrs, sizes: ``(num_samples, 2)`` uint64: where A and B of each sample start, and
-            their sizes in bytes (rows of samples not yet packed are 0).
+        ptrs, sizes: ``(num_samples, 2 + arrays)`` uint64: where A, B and each array field
+            of each sample start, and their sizes in bytes (rows of samples not yet packed
+            are 0).
     """
 
     ptrs: np.ndarray = dataclasses.field(repr=False)
@@ -273,16 +274,11 @@ class PackedLayout(_Tables):
         check_page_size(self.page_size)
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be at least 1, got {self.num_samples}")
-        if self.schema.arrays:
-            raise ValueError(
-                f"JPEG images are packed with scalar labels only; got array field(s) "
-                f"{list(self.schema.arrays)}"
-            )
 
     @classmethod
     def empty(cls, schema: PairSchema, num_samples: int, page_size: int) -> PackedLayout:
         """Before any page is packed."""
-        zeros = np.zeros((num_samples, 2), dtype=np.uint64)
+        zeros = np.zeros((num_samples, 2 + len(schema.arrays)), dtype=np.uint64)
         return cls(schema, num_samples, page_size, zeros, zeros.copy(), 0)
 
     @property
@@ -292,11 +288,12 @@ class PackedLayout(_Tables):
     def metadata_rows(self, start: int, labels: np.ndarray) -> np.ndarray:
         """Metadata rows for samples ``start .. start+len(labels)``."""
         ptrs = self.ptrs[start : start + len(labels)]
-        return self._rows(labels, dict(zip(self.schema.IMAGE_FIELDS, ptrs.T, strict=True)))
+        names = (*self.schema.IMAGE_FIELDS, *self.schema.arrays)
+        return self._rows(labels, dict(zip(names, ptrs.T, strict=True)))
 
     def alloc_rows(self, start: int, stop: int) -> np.ndarray:
         """Allocation-table rows of samples ``start:stop``, A then B, sorted by pointer."""
-        rows = np.zeros((stop - start, 2), dtype=ALLOC_TABLE_TYPE)
+        rows = np.zeros((stop - start, self.per_sample), dtype=ALLOC_TABLE_TYPE)
         rows["sample_id"] = np.arange(start, stop, dtype=np.uint64)[:, None]
         rows["ptr"] = self.ptrs[start:stop]
         rows["size"] = self.sizes[start:stop]

@@ -67,11 +67,6 @@ class Converter:
             schema = PairSchema(specs[0], specs[1], label, tuple(extras.items()))
         except (TypeError, ValueError) as e:
             raise SourceError(f"{source.where(0, 'item')}: {e}") from None
-        if schema.compressed and not schema.plain:
-            raise SourceError(
-                f"{source.describe()}: JPEG storage takes an integer label and no extra fields; "
-                f"got {schema.describe()}"
-            )
         return schema
 
     def check(self, arr: np.ndarray, spec: ArraySpec, where: str, batched: bool = False) -> None:

@@ -382,7 +382,9 @@ make_loader.__doc__ = f"""A loader over the pair `.beton` at ``path``.
 
     Args:
         path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
-            with fields ``A``, ``B`` (NDArrayField) and ``label`` (IntField)); or a dataset
+            with fields ``A``, ``B`` (NDArrayField), ``label`` and any extra fields
+            (IntField, FloatField or NDArrayField each); batches are ``(a, b, label,
+            *extras)``); or a dataset
             manifest (``.json``, see :mod:`~ffcv_pairs.format.shards`) of such files, read
             as one: sample ``g`` is sample ``g - offset`` of the shard holding it; or a
             mixture: a list of streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._fileio import NotRegularFileError, ShortReadError
     from .augment.config import PairAugment
     from .errors import FfcvPairsError
+    from .format.fields import FieldSpec
     from .format.reader import BetonError, PairReader
     from .format.schema import ArraySpec, PairSchema
     from .format.stats import StatsWarning
@@ -54,6 +55,7 @@ _HOMES = {
     "BetonChangedError": "load.truncation",
     "BetonError": "format.reader",
     "FfcvPairsError": "errors",
+    "FieldSpec": "format.fields",
     "IndexedSource": "write.sources",
     "LoaderConfig": "load.loader",
     "LoaderError": "load.loader",
@@ -87,6 +89,7 @@ __all__ = [
     "BetonChangedError",
     "BetonError",
     "FfcvPairsError",
+    "FieldSpec",
     "IndexedSource",
     "LoaderConfig",
     "LoaderError",

@@ -83,7 +83,12 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
                 mean = float(np.mean(reader.stored_bytes(name)))
                 detail += f" as {spec.jpeg.describe()}: {mean:,.0f} bytes on average"
         else:
-            detail = "int64 scalar (in the metadata table)"
+            field = reader.schema.values[name]
+            detail = (
+                f"{field.dtype} scalar (in the metadata table)"
+                if field.is_scalar
+                else f"{field.dtype} {list(field.shape)} ({field.nbytes} bytes)"
+            )
         lines.append(f"  {name:<8} {type(handler).__name__:<14} {detail}")
     if manifest is None:
         lines.append(
@@ -99,6 +104,8 @@ def summary(reader: PairReader, max_labels: int = 20) -> str:
         lines.append(f"source:       {manifest.source}")
         if manifest.shuffle_seed is not None:
             lines.append(_order_line(reader.num_samples, manifest.shuffle_seed))
+    if reader.schema.label.dtype != "int64" or not reader.schema.label.is_scalar:
+        return "\n".join(lines)  # a histogram only of integer labels
     values, counts = label_histogram(reader)
     lines.append(f"labels:       {len(values)} distinct")
     order = np.argsort(-counts, kind="stable")[:max_labels]

@@ -157,7 +157,7 @@ class JoinedReader:
 
     def _join_metadata(self) -> np.ndarray:
         joined = np.concatenate([r.metadata for r in self.shards])
-        for name in PairSchema.IMAGE_FIELDS:
+        for name in (*PairSchema.IMAGE_FIELDS, *self.schema.arrays):
             column = joined[f"f{self.field_index(name)}"]
             ptrs = column["data_ptr"] if column.dtype.names else column
             for k in range(1, len(self.shards)):

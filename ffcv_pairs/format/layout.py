@@ -156,7 +156,7 @@ class _Tables:
 
     @property
     def file_size(self) -> int:
-        return self.alloc_table_ptr + 2 * self.num_samples * ALLOC_TABLE_TYPE.itemsize
+        return self.alloc_table_ptr + self.per_sample * self.num_samples * ALLOC_TABLE_TYPE.itemsize
 
     def header(self) -> np.ndarray:
         header = np.zeros(1, dtype=HeaderType)
@@ -167,18 +167,30 @@ class _Tables:
         header["alloc_table_ptr"] = self.alloc_table_ptr
         return header
 
-    def _rows(self, labels: np.ndarray, ptr_a: np.ndarray, ptr_b: np.ndarray) -> np.ndarray:
-        """Metadata rows of samples whose images start at ``ptr_a`` and ``ptr_b``."""
-        rows = np.zeros(len(labels), dtype=self.metadata_type)
-        for name, spec, ptr in zip(("f0", "f1"), (self.schema.a, self.schema.b), (ptr_a, ptr_b)):
-            if spec.jpeg is None:
-                rows[name] = ptr
-                continue
-            height, width = spec.height_width
-            column = rows[name]
-            column["mode"] = 0  # upstream's IMAGE_MODES["jpg"]
-            column["width"], column["height"], column["data_ptr"] = width, height, ptr
-        rows["f2"] = labels
+    @property
+    def per_sample(self) -> int:
+        """Allocation-table rows per sample: A, B and each array field."""
+        return 2 + len(self.schema.arrays)
+
+    def _rows(self, values: np.ndarray, ptrs: dict[str, np.ndarray]) -> np.ndarray:
+        """Metadata rows of samples whose stored fields start at ``ptrs`` (by name), with
+        scalar ``values``: int64 labels, or a record array with a column per scalar field."""
+        rows = np.zeros(len(values), dtype=self.metadata_type)
+        for t, name in enumerate(self.schema.names):
+            column = f"f{t}"
+            if name in ptrs and name not in self.schema.arrays:
+                spec = self.schema.spec(name)
+                if spec.jpeg is None:
+                    rows[column] = ptrs[name]
+                    continue
+                height, width = spec.height_width
+                image = rows[column]
+                image["mode"] = 0  # upstream's IMAGE_MODES["jpg"]
+                image["width"], image["height"], image["data_ptr"] = width, height, ptrs[name]
+            elif name in ptrs:
+                rows[column] = ptrs[name]
+            else:
+                rows[column] = values[name] if values.dtype.names else values
         return rows
 
 
@@ -191,10 +203,10 @@ class BetonLayout(_Tables):
         if self.schema.compressed:
             raise ValueError("a JPEG field varies in size: its samples are packed (PackedLayout)")
         ps = self.page_size
-        if self.schema.sample_bytes > ps:
-            need = 1 << (self.schema.sample_bytes - 1).bit_length()
+        if self.schema.slot_bytes > ps:
+            need = 1 << (self.schema.slot_bytes - 1).bit_length()
             raise ValueError(
-                f"one sample ({self.schema.sample_bytes} bytes of A and B) does not fit a "
+                f"one sample ({self.schema.slot_bytes} bytes of its arrays) does not fit a "
                 f"page of {ps} bytes; use --page-size {need} or larger"
             )
         if self.num_samples < 1:
@@ -202,7 +214,7 @@ class BetonLayout(_Tables):
 
     @property
     def samples_per_page(self) -> int:
-        return self.page_size // self.schema.sample_bytes
+        return self.page_size // self.schema.slot_bytes
 
     @property
     def num_pages(self) -> int:
@@ -220,24 +232,27 @@ class BetonLayout(_Tables):
         return (
             np.uint64(self.data_start)
             + (ids // spp) * np.uint64(self.page_size)
-            + (ids % spp) * np.uint64(self.schema.sample_bytes)
+            + (ids % spp) * np.uint64(self.schema.slot_bytes)
         )
 
-    def metadata_rows(self, start: int, labels: np.ndarray) -> np.ndarray:
-        """Metadata rows for samples ``start .. start+len(labels)``."""
-        ptr = self.ptr_a(np.arange(start, start + len(labels), dtype=np.uint64))
-        return self._rows(labels, ptr, ptr + np.uint64(self.schema.a.nbytes))
+    def metadata_rows(self, start: int, values: np.ndarray) -> np.ndarray:
+        """Metadata rows for samples ``start .. start+len(values)`` (see ``_rows``)."""
+        ptr = self.ptr_a(np.arange(start, start + len(values), dtype=np.uint64))
+        offsets = self.schema.slot_offsets()
+        return self._rows(values, {n: ptr + np.uint64(at) for n, at in offsets.items()})
 
     def alloc_rows(self, start: int, stop: int) -> np.ndarray:
-        """Allocation-table rows of samples ``start:stop``, A then B, sorted by pointer."""
+        """Allocation-table rows of samples ``start:stop``, A, B then each array field,
+        sorted by pointer."""
         ids = np.arange(start, stop, dtype=np.uint64)
-        rows = np.zeros((stop - start, 2), dtype=ALLOC_TABLE_TYPE)
+        rows = np.zeros((stop - start, self.per_sample), dtype=ALLOC_TABLE_TYPE)
         ptr = self.ptr_a(ids)
         rows["sample_id"] = ids[:, None]
-        rows["ptr"][:, 0] = ptr
-        rows["ptr"][:, 1] = ptr + np.uint64(self.schema.a.nbytes)
-        rows["size"][:, 0] = self.schema.a.nbytes
-        rows["size"][:, 1] = self.schema.b.nbytes
+        sizes = [self.schema.a.nbytes, self.schema.b.nbytes]
+        sizes += [spec.nbytes for spec in self.schema.arrays.values()]
+        for t, at in enumerate(self.schema.slot_offsets().values()):
+            rows["ptr"][:, t] = ptr + np.uint64(at)
+            rows["size"][:, t] = sizes[t]
         return rows.reshape(-1)
 
 
@@ -246,8 +261,9 @@ class PackedLayout(_Tables):
     """A `.beton` whose samples were packed into ``num_pages`` pages in order.
 
     Attributes:
-        ptrs, sizes: ``(num_samples, 2)`` uint64: where A and B of each sample start, and
-            their sizes in bytes (rows of samples not yet packed are 0).
+        ptrs, sizes: ``(num_samples, 2 + arrays)`` uint64: where A, B and each array field
+            of each sample start, and their sizes in bytes (rows of samples not yet packed
+            are 0).
     """
 
     ptrs: np.ndarray = dataclasses.field(repr=False)
@@ -262,7 +278,7 @@ class PackedLayout(_Tables):
     @classmethod
     def empty(cls, schema: PairSchema, num_samples: int, page_size: int) -> PackedLayout:
         """Before any page is packed."""
-        zeros = np.zeros((num_samples, 2), dtype=np.uint64)
+        zeros = np.zeros((num_samples, 2 + len(schema.arrays)), dtype=np.uint64)
         return cls(schema, num_samples, page_size, zeros, zeros.copy(), 0)
 
     @property
@@ -272,11 +288,12 @@ class PackedLayout(_Tables):
     def metadata_rows(self, start: int, labels: np.ndarray) -> np.ndarray:
         """Metadata rows for samples ``start .. start+len(labels)``."""
         ptrs = self.ptrs[start : start + len(labels)]
-        return self._rows(labels, ptrs[:, 0], ptrs[:, 1])
+        names = (*self.schema.IMAGE_FIELDS, *self.schema.arrays)
+        return self._rows(labels, dict(zip(names, ptrs.T, strict=True)))
 
     def alloc_rows(self, start: int, stop: int) -> np.ndarray:
         """Allocation-table rows of samples ``start:stop``, A then B, sorted by pointer."""
-        rows = np.zeros((stop - start, 2), dtype=ALLOC_TABLE_TYPE)
+        rows = np.zeros((stop - start, self.per_sample), dtype=ALLOC_TABLE_TYPE)
         rows["sample_id"] = np.arange(start, stop, dtype=np.uint64)[:, None]
         rows["ptr"] = self.ptrs[start:stop]
         rows["size"] = self.sizes[start:stop]

@@ -176,7 +176,8 @@ class PairReader(Reader):
         return self.field_names.index(name)
 
     def image_pointers(self, name: str) -> np.ndarray:
-        """The data pointer of image field ``name`` for every sample (a memmap view)."""
+        """The data pointer of field ``name`` (an image or an array) for every sample (a
+        memmap view)."""
         column = self.metadata[f"f{self.field_index(name)}"]
         return column["data_ptr"] if column.dtype.names else column
 
@@ -192,30 +193,34 @@ class PairReader(Reader):
         """``(num_samples, 2)`` uint64: the stored bytes of A and B of every sample, from the
         allocation table (one numpy pass; JPEG fields vary, raw ones are their size)."""
         if self._sizes is None:
-            n, table = self.num_samples, self.alloc_table
-            if len(table) == 2 * n and self._in_writer_order(table.reshape(n, 2)):
-                pairs = table.reshape(n, 2)
-                self._sizes = pairs["size"]  # a view of the mapping: no copy
-                self._rows = pairs.reshape(-1).view("<u8").reshape(n, 2, 3)  # id, ptr, size
+            n, table, per = self.num_samples, self.alloc_table, 2 + len(self.schema.arrays)
+            if len(table) == per * n and self._in_writer_order(table.reshape(n, per)):
+                pairs = table.reshape(n, per)
+                self._sizes = pairs["size"][:, :2]  # a view of the mapping: no copy
+                # id, ptr, size of each row
+                self._rows = pairs.reshape(-1).view("<u8").reshape(n, per, 3)[:, :2]
                 return self._sizes
             ids = table["sample_id"]
-            if len(table) != 2 * n or int(ids.max()) >= n:
+            if len(table) != per * n or int(ids.max()) >= n:
                 raise self._fail(
-                    f"corrupt allocation table: {len(table)} rows for {n} samples of 2 images"
+                    f"corrupt allocation table: {len(table)} rows for {n} samples of {per} "
+                    f"stored fields"
                 )
             sizes = np.zeros((n, 2), dtype=np.uint64)
-            is_a = table["ptr"] == self.image_pointers(PairSchema.IMAGE_FIELDS[0])[ids]
-            sizes[ids[is_a], 0] = table["size"][is_a]
-            sizes[ids[~is_a], 1] = table["size"][~is_a]
-            if int(np.count_nonzero(is_a)) != n:
-                raise self._fail("corrupt allocation table: not one row for each A")
+            for t, name in enumerate(PairSchema.IMAGE_FIELDS):
+                mine = table["ptr"] == self.image_pointers(name)[ids]
+                sizes[ids[mine], t] = table["size"][mine]
+                if int(np.count_nonzero(mine)) != n:
+                    raise self._fail(f"corrupt allocation table: not one row for each {name}")
             self._sizes = sizes
         return self._sizes
 
     def _check_pointers(self) -> None:
-        """Every image must lie inside the data region: JIT kernels do not bounds-check."""
+        """Every image and array field must lie inside the data region: JIT kernels do not
+        bounds-check."""
         data_start = self.metadata_end
         data_end = int(self.header["alloc_table_ptr"])
+        region = (data_start, data_end)
         for t, name in enumerate(PairSchema.IMAGE_FIELDS):
             ptrs = self.image_pointers(name)
             spec = self.schema.spec(name)
@@ -230,6 +235,9 @@ class PairReader(Reader):
             if lo < data_start or hi > data_end:
                 bad = int(np.argmax((ptrs < data_start) | (ptrs + size > data_end)))
                 self._outside(name, bad, int(ptrs[bad]), data_start, data_end)
+        for name, field in self.schema.arrays.items():
+            ptrs = self.image_pointers(name)
+            self._check_spans(name, ptrs, np.full(len(ptrs), field.nbytes, np.uint64), *region)
 
     def _outside(self, name: str, bad: int, ptr: int, start: int, end: int) -> None:
         raise self._fail(
@@ -262,7 +270,7 @@ class PairReader(Reader):
         """Whether the allocation table's rows are A and B of sample 0, 1, ... (as this
         project's writer puts them)."""
         a, b = (self.image_pointers(name) for name in PairSchema.IMAGE_FIELDS)
-        rows = pairs.reshape(-1).view("<u8").reshape(len(pairs), 2, 3)  # id, ptr, size
+        rows = pairs.reshape(-1).view("<u8").reshape(*pairs.shape, 3)  # id, ptr, size
         for i in range(0, len(rows), _CHECK_SLICE):
             part, j = rows[i : i + _CHECK_SLICE], slice(i, i + _CHECK_SLICE)
             ids = np.arange(i, i + len(part), dtype=np.uint64)

@@ -1,9 +1,8 @@
 """The one contract between writer and loader: field names, shapes and dtypes.
 
-A `.beton` written by this project holds three fields, in this order:
-``A`` and ``B`` (``NDArrayField``, fixed shape and dtype each) and ``label``
-(``IntField``, an int64 scalar kept in the metadata table). Nothing else in the
-project spells these names out; it asks the schema.
+A `.beton` written by this project holds ``A`` and ``B`` (fixed shape and dtype each),
+a ``label`` and any extra fields (:mod:`~ffcv_pairs.format.fields`), in this order.
+Nothing else in the project spells these names out; it asks the schema.
 
 An image field may be *quantized*: floats of a declared range stored as uint8
 (:class:`Quantization`); or *JPEG*-compressed (:class:`Jpeg`): upstream's
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
+from .fields import INT_LABEL, FieldSpec, check_field_name
 from .quantization import Quantization
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ __all__ = [
     "NOTE_OFFSET",
     "SUPPORTED_DTYPES",
     "ArraySpec",
+    "FieldSpec",
     "Jpeg",
     "JpegAxes",
     "PairSchema",
@@ -217,23 +218,54 @@ class ArraySpec:
 
 @dataclass(frozen=True)
 class PairSchema:
-    """What one sample is: image A, image B and an integer label.
+    """What one sample is: image A, image B, a label and any extra fields.
 
     Args:
         a: Spec of image A.
         b: Spec of image B.
+        label: Spec of the label (default: an int64 scalar, as files before extras).
+        extras: ``(name, spec)`` of each extra field, in file order after the label.
     """
 
     a: ArraySpec
     b: ArraySpec
+    label: FieldSpec = INT_LABEL
+    extras: tuple[tuple[str, FieldSpec], ...] = ()
 
     IMAGE_FIELDS: ClassVar[tuple[str, str]] = ("A", "B")
     LABEL_FIELD: ClassVar[str] = "label"
 
+    def __post_init__(self) -> None:
+        taken: tuple[str, ...] = self.field_names()
+        for name, spec in self.extras:
+            if not isinstance(spec, FieldSpec):
+                raise TypeError(f"extra field {name!r}: expected a FieldSpec, got {spec!r}")
+            taken = (*taken, check_field_name(name, taken))
+
     @classmethod
     def field_names(cls) -> tuple[str, str, str]:
-        """The on-disk field names, in file order."""
+        """The names every file has (A, B and the label), in file order."""
         return (*cls.IMAGE_FIELDS, cls.LABEL_FIELD)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every field's name, in file order (extras after the label)."""
+        return (*self.field_names(), *(name for name, _ in self.extras))
+
+    @property
+    def values(self) -> dict[str, FieldSpec]:
+        """The label and each extra field, by name, in file order."""
+        return {self.LABEL_FIELD: self.label, **dict(self.extras)}
+
+    @property
+    def plain(self) -> bool:
+        """An int64 label and no extras: a sample as before extra fields existed."""
+        return self.label == INT_LABEL and not self.extras
+
+    @property
+    def arrays(self) -> dict[str, FieldSpec]:
+        """The label and extras stored in the data region (arrays), by name."""
+        return {name: spec for name, spec in self.values.items() if not spec.is_scalar}
 
     def spec(self, field: str) -> ArraySpec:
         """The :class:`ArraySpec` of image field ``field`` (``"A"`` or ``"B"``)."""
@@ -249,21 +281,32 @@ class PairSchema:
         return self.a.nbytes + self.b.nbytes
 
     @property
+    def slot_bytes(self) -> int:
+        """Bytes a sample takes in the data region: A, B, then each array field."""
+        return self.sample_bytes + sum(spec.nbytes for spec in self.arrays.values())
+
+    def slot_offsets(self) -> dict[str, int]:
+        """Where each field stored in the data region starts in a sample's slot."""
+        sizes = [self.a.nbytes, self.b.nbytes, *(s.nbytes for s in self.arrays.values())]
+        starts = np.cumsum([0, *sizes[:-1]]).tolist()
+        return dict(zip((*self.IMAGE_FIELDS, *self.arrays), starts, strict=True))
+
+    @property
     def compressed(self) -> bool:
         """Whether A or B is stored as JPEG (so samples vary in size)."""
         return self.a.jpeg is not None or self.b.jpeg is not None
 
     def ffcv_fields(self) -> dict[str, Field]:
         """The FFCV ``Field`` objects to write, in file order."""
-        from ffcv.fields import IntField, NDArrayField, RGBImageField
+        from ffcv.fields import NDArrayField, RGBImageField
 
         def field(spec: ArraySpec) -> Field:
             if spec.jpeg is not None:
                 return RGBImageField(write_mode="jpg", jpeg_quality=spec.jpeg.quality)
             return NDArrayField(spec.np_dtype, spec.shape)
 
-        a_name, b_name = self.IMAGE_FIELDS
-        return {a_name: field(self.a), b_name: field(self.b), self.LABEL_FIELD: IntField()}
+        images = {name: field(self.spec(name)) for name in self.IMAGE_FIELDS}
+        return images | {name: spec.ffcv_field() for name, spec in self.values.items()}
 
     def notes(self) -> dict[str, bytes]:
         """Each image field's note for its argument block (see :meth:`ArraySpec.note`)."""
@@ -288,7 +331,7 @@ class PairSchema:
         Raises:
             ValueError: naming ``path`` when a field is missing or of the wrong kind.
         """
-        from ffcv.fields import IntField, NDArrayField, RGBImageField
+        from ffcv.fields import NDArrayField, RGBImageField
 
         names = list(handlers)
         missing = [n for n in cls.field_names() if n not in handlers]
@@ -323,28 +366,35 @@ class PairSchema:
                     )
             except ValueError as e:
                 raise ValueError(f"{path}: field {name!r}: {e}") from None
-        if not isinstance(handlers[cls.LABEL_FIELD], IntField):
-            raise ValueError(
-                f"{path}: field {cls.LABEL_FIELD!r} is a "
-                f"{type(handlers[cls.LABEL_FIELD]).__name__}, expected IntField"
-            )
+        values = {}
+        for name in names[names.index(cls.LABEL_FIELD) :]:
+            try:
+                values[name] = FieldSpec.from_handler(handlers[name])
+            except ValueError as e:
+                raise ValueError(f"{path}: field {name!r} {e}") from None
         if specs[0].quantized != specs[1].quantized:  # the loader maps both with one range
             a_name, b_name = cls.IMAGE_FIELDS
             raise ValueError(
                 f"{path}: fields {a_name!r} and {b_name!r} note different quantizations "
                 f"({specs[0].quantized} and {specs[1].quantized}); this writer never makes that"
             )
-        return cls(a=specs[0], b=specs[1])
+        label = values.pop(cls.LABEL_FIELD)
+        try:
+            return cls(a=specs[0], b=specs[1], label=label, extras=tuple(values.items()))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def to_json(self) -> dict[str, Any]:
-        return {name: spec.to_json() for name, spec in zip(self.IMAGE_FIELDS, (self.a, self.b))} | {
-            self.LABEL_FIELD: {"dtype": "int64"}
-        }
+        images = {name: self.spec(name).to_json() for name in self.IMAGE_FIELDS}
+        return images | {name: spec.to_json() for name, spec in self.values.items()}
 
     def describe(self) -> str:
         a_name, b_name = self.IMAGE_FIELDS
         q, lossy = self.a.quantized, self.a.jpeg is not None
         same = q is not None and q == self.b.quantized and lossy == (self.b.jpeg is not None)
         a, b = self.a.describe(not same), self.b.describe(not same)
-        text = f"{a_name}={a} {b_name}={b} {self.LABEL_FIELD}=int64"
+        text = " ".join(
+            [f"{a_name}={a} {b_name}={b}"]
+            + [f"{name}={spec.describe()}" for name, spec in self.values.items()]
+        )
         return f"{text}, {q.describe(lossy)}" if same and q is not None else text

@@ -7,14 +7,14 @@ Example::
     for epoch in range(10):
         loader.set_epoch(epoch)
         for a, b, label in loader:   # uint8 (B,C,H,W), uint8, int64 (B,)
-            ...
+            ...   # a file with extra fields: for a, b, label, *extras in loader
 
 Built from this project's reader, page index, traversal order, memory manager,
 decoders and augmentation ops, run by upstream's compiled pipeline in this
 project's epoch thread (:mod:`~ffcv_pairs.load.pipeline`), and moved to a GPU by
 :mod:`~ffcv_pairs.load.delivery`. What a caller may hold: on the CPU the current
-batch and one more (the images are reused slots; labels are always fresh
-tensors); on a GPU any number.
+batch and one more (the images are reused slots; labels and extras are always
+fresh tensors); on a GPU any number.
 """
 
 from __future__ import annotations
@@ -239,9 +239,9 @@ class PairLoader:
         try:
             for k, batch in enumerate(it):
                 if self.copy_engine is None:
-                    # Image slots are reused (hold two batches); labels, which callers keep
-                    # for metrics, are copied: B int64s.
-                    batch = (*batch[:-1], batch[-1].clone())
+                    # Image slots are reused (hold two batches); labels and extra fields,
+                    # which callers keep for metrics, are copied (B int64s, for most).
+                    batch = (*batch[:2], *(value.clone() for value in batch[2:]))
                 state = state.advanced()
                 self._progress = state
                 self.last_batch_ids = rest[k * bs : (k + 1) * bs]
@@ -382,7 +382,9 @@ make_loader.__doc__ = f"""A loader over the pair `.beton` at ``path``.
 
     Args:
         path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
-            with fields ``A``, ``B`` (NDArrayField) and ``label`` (IntField)); or a dataset
+            with fields ``A``, ``B`` (NDArrayField), ``label`` and any extra fields
+            (IntField, FloatField or NDArrayField each); batches are ``(a, b, label,
+            *extras)``); or a dataset
             manifest (``.json``, see :mod:`~ffcv_pairs.format.shards`) of such files, read
             as one: sample ``g`` is sample ``g - offset`` of the shard holding it; or a
             mixture: a list of streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or

@@ -16,6 +16,7 @@ from ..format.joined import DatasetReader
 from ..format.schema import PairSchema
 from .decoders import JpegPairDecoder, LabelDecoder, PairDecoder, TakeField
 from .delivery.stage import Finisher
+from .value_decoders import ArrayFieldDecoder, ScalarDecoder
 
 __all__ = ["pair_specs"]
 
@@ -35,8 +36,8 @@ def pair_specs(
     jpeg_downscale: bool = True,
 ) -> tuple[dict[str, PipelineSpec], list[list[Finisher]]]:
     """A: decoder (both images) -> take A -> ...; B: the same decoder -> take B -> ...;
-    label: its decoder. With ``on_cpu`` the device ops (normalise, cast) end the
-    pipelines; otherwise they are returned, per output, for the device stage.
+    the label and each extra field: its decoder. With ``on_cpu`` the device ops (normalise,
+    cast) end the pipelines; otherwise they are returned, per output, for the device stage.
 
     Args:
         clock: The loader's ``[seed, epoch]``, read by the augmentation kernels.
@@ -67,8 +68,12 @@ def pair_specs(
             specs[name] = PipelineSpec(name, decoder=decoder, transforms=ops)
         else:
             specs[name] = PipelineSpec(decoder, transforms=ops)
-    specs[PairSchema.LABEL_FIELD] = PipelineSpec(
-        PairSchema.LABEL_FIELD, decoder=LabelDecoder(), transforms=[ToTensor()]
-    )
-    finishers.append([])
+    for name, field in schema.values.items():
+        value: Operation
+        if field.is_scalar:
+            value = LabelDecoder() if field.dtype == "int64" else ScalarDecoder(field)
+        else:
+            value = ArrayFieldDecoder(field, reader.page_shift)
+        specs[name] = PipelineSpec(name, decoder=value, transforms=[ToTensor()])
+        finishers.append([])
     return specs, finishers

@@ -136,18 +136,22 @@ class BatchedSource(PairSource):
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
-    def item(self, data: list[Any], k: int, j: int) -> tuple[Any, Any, Any]:
-        """Item ``j`` of loaded batch file ``k``, checked to be an ``(A, B, label)`` triple."""
+    def item(self, data: list[Any], k: int, j: int) -> tuple[Any, ...]:
+        """Item ``j`` of loaded batch file ``k``, checked to be an ``(A, B, label)`` triple
+        or an ``(A, B, label, {name: value})`` tuple."""
         item = data[j]
+        if isinstance(item, list | tuple) and len(item) == 4 and isinstance(item[3], dict):
+            return (*item[:3], item[3]) if item[3] else (item[0], item[1], item[2])
         if not isinstance(item, list | tuple) or len(item) != 3:
             raise SourceError(
-                f"{self.path(k)}[{j}]: expected an (A, B, label) tuple, got "
+                f"{self.path(k)}[{j}]: expected an (A, B, label) or (A, B, label, "
+                f"{{name: value}}) tuple, got "
                 f"{type(item).__name__}"
                 + (f" of length {len(item)}" if isinstance(item, list | tuple) else "")
             )
         return item[0], item[1], item[2]
 
-    def read(self, i: int) -> tuple[Any, Any, Any]:
+    def read(self, i: int) -> tuple[Any, ...]:
         k, j = self.locate(i)
         if self._cached is None or self._cached[0] != k:
             self._cached = (k, self.read_file(k))

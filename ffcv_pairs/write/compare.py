@@ -5,6 +5,8 @@ encode of its source (the encoder is deterministic)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,8 @@ from ..format.schema import PairSchema
 from .encode import encode_jpeg
 from .parts import SliceSource
 from .shuffle import Permutation
-from .sources import PairSource, cast_to_store, quantize_floats, to_array, to_label
+from .sources import PairSource, cast_to_store, quantize_floats, to_array
+from .values import fill_values, scalar_record, split_item
 
 __all__ = ["compare_with_source", "stored_bytes", "stored_image"]
 
@@ -78,9 +81,8 @@ def compare_with_source(
         else np.sort(np.random.default_rng(seed).choice(n, size=samples, replace=False))
     )
     origin = ids if shuffle_seed is None else Permutation(n, shuffle_seed).source_of(ids)
-    labels = reader.metadata[f"f{reader.field_index(PairSchema.LABEL_FIELD)}"]
     for sid, i in zip(ids.tolist(), origin.tolist()):
-        raw = source.read(i)
+        raw = split_item(source.read(i), source.where(i, "item"))
         at = f"sample {sid}" if shuffle_seed is None else f"sample {sid} (source index {i})"
         for value, field in zip(raw[:2], PairSchema.IMAGE_FIELDS):
             spec = reader.schema.spec(field)
@@ -101,9 +103,32 @@ def compare_with_source(
                 off = _code_error(want, arr, quantized.lo, quantized.hi)
                 if off is not None:
                     return Mismatch(f"{at}: field {field!r}: {off} ({where})")
-        where = source.where(i, PairSchema.LABEL_FIELD)
-        if to_label(raw[2], where) != int(labels[sid]):
-            return Mismatch(f"{at}: label {int(labels[sid])} differs from {where}")
+        differs = _compare_values(reader, (raw[2], raw[3]), sid, partial(source.where, i))
+        if differs is not None:
+            return Mismatch(f"{at}: {differs}")
+    return None
+
+
+def _compare_values(
+    reader: PairReader, item: tuple[Any, Any], sid: int, where: Callable[[str], str]
+) -> str | None:
+    """Which of the label and extras ``item`` of sample ``sid`` differs from the file's,
+    bit-exactly (a scalar by its value, an array by its bytes); None when none does."""
+    schema = reader.schema
+    slot, record = np.zeros(schema.slot_bytes, dtype=np.uint8), scalar_record(schema, 1)
+    fill_values(schema, item, slot, record, where)
+    offsets = schema.slot_offsets()
+    for name, spec in schema.values.items():
+        if spec.is_scalar:
+            stored = reader.metadata[f"f{reader.field_index(name)}"][sid]
+            if record[name][0].tobytes() != stored.tobytes():
+                shown = int(stored) if spec.dtype == "int64" else float(stored)
+                return f"{name} {shown} differs from {where(name)}"
+            continue
+        ptr = int(reader.image_pointers(name)[sid])
+        stored = np.fromfile(reader.path, dtype=np.uint8, count=spec.nbytes, offset=ptr)
+        if stored.tobytes() != slot[offsets[name] : offsets[name] + spec.nbytes].tobytes():
+            return f"field {name!r} ({spec.describe()}) differs from {where(name)}"
     return None
 
 

@@ -18,6 +18,7 @@ from .sources import (
     to_array,
     to_label,
 )
+from .values import infer_extras, infer_value, split_item
 
 __all__ = ["Converter"]
 
@@ -42,7 +43,7 @@ class Converter:
     def infer(self, source: PairSource, jpeg: dict[str, Jpeg] | None = None) -> PairSchema:
         """The schema of sample 0, refusing what cannot be stored; the fields in ``jpeg``
         stored as JPEG."""
-        raw = source.read(0)
+        raw = split_item(source.read(0), source.where(0, "item"))
         specs = []
         for value, name in zip(raw[:2], PairSchema.IMAGE_FIELDS):
             where = source.where(0, name)
@@ -60,8 +61,13 @@ class Converter:
                 specs.append(ArraySpec(arr.shape, arr.dtype.name, self.quantize, coded))
             except ValueError as e:
                 raise SourceError(f"{where}: {e}") from None
-        to_label(raw[2], source.where(0, PairSchema.LABEL_FIELD))
-        return PairSchema(a=specs[0], b=specs[1])
+        label = infer_value(raw[2], source.where(0, PairSchema.LABEL_FIELD))
+        extras = infer_extras(raw[3], lambda name: source.where(0, name))
+        try:
+            schema = PairSchema(specs[0], specs[1], label, tuple(extras.items()))
+        except (TypeError, ValueError) as e:
+            raise SourceError(f"{source.where(0, 'item')}: {e}") from None
+        return schema
 
     def check(self, arr: np.ndarray, spec: ArraySpec, where: str, batched: bool = False) -> None:
         shape = arr.shape[1:] if batched else arr.shape

@@ -6,7 +6,8 @@ file, never a table as large as the largest index: a stray name such as
 ``train_labels_99999999999.pt`` costs eight bytes and then one line of error.
 
 Names: ``{split}_A_images_{i}.pt``, ``{split}_B_images_{i}.pt``,
-``{split}_labels_{i}.pt`` (per-sample) and ``{split}_batch_{k}.pt`` (batched).
+``{split}_labels_{i}.pt``, any ``{split}_{name}_{i}.pt`` (an extra field; per-sample) and
+``{split}_batch_{k}.pt`` (batched).
 Indices may be zero-padded (``train_A_images_0000042.pt``) if every name of the
 same split and kind has the same number of digits.
 """
@@ -28,6 +29,7 @@ __all__ = ["PER_SAMPLE_KINDS", "FileFamily", "SplitFiles", "scan"]
 
 PER_SAMPLE_KINDS = ("A_images", "B_images", "labels")
 _BATCH = "batch"
+_EXTRA = r"[A-Za-z_][A-Za-z0-9_]*?"  # {split}_{name}_{i}.pt: an extra field of per-sample files
 _MAX_DIGITS = 18  # larger indices do not fit an int64: out of range for any folder
 _SHOW = 5  # missing indices listed in an error
 
@@ -144,6 +146,11 @@ class SplitFiles:
             found.append("batched")
         return found
 
+    @property
+    def extra_kinds(self) -> list[str]:
+        """Per-sample kinds beyond A, B and labels (extra fields), sorted by name."""
+        return sorted(k for k in self.kinds if k not in (*PER_SAMPLE_KINDS, _BATCH))
+
     def family(self, kind: str) -> FileFamily:
         return self.kinds.get(kind) or FileFamily(self.root, f"{self.split}_{kind}_")
 
@@ -221,7 +228,7 @@ def scan(
     if not splits:
         raise ValueError("scan: give at least one split")
     alternatives = "|".join(re.escape(s) for s in sorted(set(splits), key=len, reverse=True))
-    kinds = "|".join((*PER_SAMPLE_KINDS, _BATCH))
+    kinds = "|".join((*PER_SAMPLE_KINDS, _BATCH, _EXTRA))
     pattern = re.compile(rf"^({alternatives})_({kinds})_(\d+)\.pt$")
     found = {s: SplitFiles(root, s, {}) for s in splits}
     with os.scandir(root) as entries:

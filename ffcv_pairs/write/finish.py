@@ -112,7 +112,7 @@ def finish_file(
     for start in range(0, layout.num_samples, _ALLOC_CHUNK):
         stop = min(layout.num_samples, start + _ALLOC_CHUNK)
         rows = layout.alloc_rows(start, stop)
-        pwrite_all(fd, rows, layout.alloc_table_ptr + 2 * start * rows.itemsize)
+        pwrite_all(fd, rows, layout.alloc_table_ptr + layout.per_sample * start * rows.itemsize)
     os.fsync(fd)
     pwrite_all(fd, layout.header(), 0)
     os.fsync(fd)

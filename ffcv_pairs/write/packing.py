@@ -8,11 +8,13 @@ straddles, writes and digests each page once it is full, and journals it. After 
 last page: the metadata table (from each image's pointer), the allocation table, the
 header, the sidecar, the renames (:func:`~ffcv_pairs.write.finish.finish_file`).
 
-Every page ends with a trailer that plain FFCV never reads (it reads each image by
-pointer and size): the label and the two sizes of each of its samples, its first
-sample and their count. So ``resume=True`` keeps the journaled run of pages from the
-start, rebuilds their samples' pointers from the trailers and encodes the rest. The
-encoder is deterministic, so the file comes out byte for byte as an uninterrupted run.
+Array labels and extra fields (fixed in size) follow each sample's B. Every page ends
+with a trailer that plain FFCV never reads (it reads each field by pointer and size):
+the scalar fields (the label, for most files) and the two image sizes of each of its
+samples, its first sample and their count. So ``resume=True`` keeps the journaled run
+of pages from the start, rebuilds their samples' pointers from the trailers and encodes
+the rest. The encoder is deterministic, so the file comes out byte for byte as an
+uninterrupted run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import struct
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -40,24 +43,26 @@ from .shuffle import Permutation
 from .sources import PairSource, SourceError
 from .tasks import worker_torch_threads
 from .testhook import hook
+from .values import fill_values, scalar_record, split_item
 
 __all__ = ["PackedConversion", "page_trailer_size"]
 
 _TAIL = struct.Struct("<QI4s")  # first sample, count, magic
 _MAGIC = b"FPK1"
-_PER_SAMPLE = 16  # label (int64), size of A and of B (uint32 each)
+_PER_SAMPLE = 16  # an int64 label, size of A and of B (uint32 each)
 _TASK_BYTES = 4 << 20  # raw bytes of the samples one task reads and encodes
 _METADATA_CHUNK = 1 << 20
 
 
-def page_trailer_size(samples: int) -> int:
-    """Bytes a page's trailer takes for ``samples`` samples."""
-    return samples * _PER_SAMPLE + _TAIL.size
+def page_trailer_size(samples: int, per_sample: int = _PER_SAMPLE) -> int:
+    """Bytes a page's trailer takes for ``samples`` samples of ``per_sample`` bytes each."""
+    return samples * per_sample + _TAIL.size
 
 
 class Encoded(NamedTuple):
-    """What a worker hands back for positions ``start ..``: labels, ``(k, 2)`` sizes of A
-    and B, and their bytes back to back (A0 B0 A1 B1 ...)."""
+    """What a worker hands back for positions ``start ..``: scalar fields (records),
+    ``(k, 2)`` sizes of A and B, and each sample's stored bytes back to back (A0 B0 X0 A1
+    B1 X1 ..., X: its array fields)."""
 
     start: int
     labels: np.ndarray
@@ -71,7 +76,7 @@ class _EncodeJob:
     """What a worker needs, inherited through ``fork``."""
 
     source: PairSource
-    specs: tuple[ArraySpec, ArraySpec]
+    schema: PairSchema
     converter: Converter
     order: Permutation | None
     inherited_fds: tuple[int, ...]
@@ -97,15 +102,16 @@ def _encode(task: tuple[int, int]) -> Encoded:
     job = _JOB
     assert job is not None, "no job installed"
     s0, s1 = task
-    src, conv, specs = job.source, job.converter, job.specs
-    names = PairSchema.IMAGE_FIELDS
+    src, conv, schema = job.source, job.converter, job.schema
+    specs, names = (schema.a, schema.b), PairSchema.IMAGE_FIELDS
     before = src.read_stats()
     ids = range(s0, s1) if job.order is None else job.order.source_of(np.arange(s0, s1)).tolist()
-    labels = np.empty(s1 - s0, dtype=np.int64)
+    labels = scalar_record(schema, s1 - s0)
     sizes = np.empty((s1 - s0, 2), dtype=np.uint32)
     parts: list[bytes] = []
+    slot = np.zeros(schema.slot_bytes, dtype=np.uint8)
     for j, i in enumerate(ids):
-        a, b, label = src.read(i)
+        a, b, label, extras = split_item(src.read(i), src.where(i, "item"))
         for t, value in enumerate((a, b)):
             spec = specs[t]
             image = _image(conv, value, spec, src, i, names[t])
@@ -116,7 +122,11 @@ def _encode(task: tuple[int, int]) -> Encoded:
             )
             sizes[j, t] = len(data)
             parts.append(data)
-        labels[j] = conv.label(label, src, i)
+        if schema.plain:
+            labels[j] = conv.label(label, src, i)
+        else:
+            fill_values(schema, (label, extras), slot, labels[j : j + 1], partial(src.where, i))
+            parts.append(slot[schema.sample_bytes :].tobytes())
     after = src.read_stats()
     reads = (after[0] - before[0], after[1] - before[1])
     return Encoded(s0, labels, sizes, b"".join(parts), reads)
@@ -138,6 +148,11 @@ class _Packer:
         self.used, self.first, self.count = 0, next_sample, 0
         self.reads, self.samples, self.bar = [0, 0], 0, None
         self.last = time.monotonic()
+        schema = layout.schema
+        self.extra = schema.slot_bytes - schema.sample_bytes  # array fields, after B
+        starts = schema.slot_offsets()
+        self.at = [starts[name] - schema.sample_bytes for name in schema.arrays]
+        self.per_sample = conv.labels.itemsize + 8
 
     def on_done(self, index: int, result: Encoded) -> None:
         """Take a task's result; pack every result that is next in order."""
@@ -155,26 +170,27 @@ class _Packer:
             self.flush()
 
     def _pack(self, chunk: Encoded) -> None:
-        layout, ps = self.layout, self.page_size
-        ends = np.cumsum(chunk.sizes.reshape(-1), dtype=np.int64)
+        layout, ps, extra, per = self.layout, self.page_size, self.extra, self.per_sample
+        ends = np.cumsum(chunk.sizes.sum(axis=1, dtype=np.int64) + extra)
         data = np.frombuffer(chunk.data, dtype=np.uint8)
+        arrays = [spec.nbytes for spec in layout.schema.arrays.values()]
         for j in range(len(chunk.labels)):
             i = chunk.start + j
             sa, sb = (int(x) for x in chunk.sizes[j])
-            end = int(ends[2 * j + 1])
-            if sa + sb + page_trailer_size(1) > ps:
+            end, span = int(ends[j]), sa + sb + extra
+            if span + page_trailer_size(1, per) > ps:
                 raise SourceError(
-                    f"{self.conv.src.describe()}: sample {i}: A and B take {sa + sb} bytes "
+                    f"{self.conv.src.describe()}: sample {i}: it takes {span} bytes "
                     f"stored, more than a page of {ps} bytes holds; use a larger --page-size"
                 )
-            if self.used + sa + sb + page_trailer_size(self.count + 1) > ps:
+            if self.used + span + page_trailer_size(self.count + 1, per) > ps:
                 self._write_page()
             at = self.data_start + self.page * ps + self.used
-            self.buf[self.used : self.used + sa + sb] = data[end - sa - sb : end]
-            layout.ptrs[i] = (at, at + sa)
-            layout.sizes[i] = (sa, sb)
+            self.buf[self.used : self.used + span] = data[end - span : end]
+            layout.ptrs[i] = (at, at + sa, *(at + sa + sb + off for off in self.at))
+            layout.sizes[i] = (sa, sb, *arrays)
             self.labels[i] = chunk.labels[j]
-            self.used += sa + sb
+            self.used += span
             self.count += 1
 
     @property
@@ -188,9 +204,9 @@ class _Packer:
         hook("page", self.page)
         first, k, ps = self.first, self.count, self.page_size
         trailer = np.zeros(k * 2, dtype="<u4")
-        trailer[:] = self.layout.sizes[first : first + k].reshape(-1)
+        trailer[:] = self.layout.sizes[first : first + k, :2].reshape(-1)
         tail = (
-            self.labels[first : first + k].astype("<i8").tobytes()
+            self.labels[first : first + k].tobytes()
             + trailer.tobytes()
             + _TAIL.pack(first, k, _MAGIC)
         )
@@ -231,6 +247,10 @@ class PackedConversion(Conversion):
         """The journaled pages from the start on, their samples' pointers, sizes and labels
         restored from the trailers; and the first position not on them."""
         layout, ps, start = self.layout, self.layout.page_size, self.layout.data_start
+        schema, record = layout.schema, self.labels.dtype
+        extra = schema.slot_bytes - schema.sample_bytes
+        starts = schema.slot_offsets()
+        arrays = [(starts[n] - schema.sample_bytes, s.nbytes) for n, s in schema.arrays.items()]
         kept: PageDigests = {}
         nxt = 0
         buf = bytearray(ps if 0 in done else 0)
@@ -243,14 +263,19 @@ class PackedConversion(Conversion):
             first, k, _ = _TAIL.unpack_from(buf, ps - _TAIL.size)
             if first != nxt or k < 1 or first + k > layout.num_samples:
                 break
-            body = ps - page_trailer_size(k)
-            labels = np.frombuffer(buf, dtype="<i8", count=k, offset=body)
-            sizes = np.frombuffer(buf, dtype="<u4", count=2 * k, offset=body + 8 * k)
+            body = ps - page_trailer_size(k, record.itemsize + 8)
+            labels = np.frombuffer(buf, dtype=record, count=k, offset=body)
+            offset = body + record.itemsize * k
+            sizes = np.frombuffer(buf, dtype="<u4", count=2 * k, offset=offset)
             sizes = sizes.reshape(k, 2).astype(np.uint64)
-            ends = np.cumsum(sizes.reshape(-1)).reshape(k, 2)
-            at = np.uint64(start + page * ps)
-            layout.ptrs[first : first + k] = at + ends - sizes
-            layout.sizes[first : first + k] = sizes
+            spans = sizes.sum(axis=1) + np.uint64(extra)
+            firsts = np.uint64(start + page * ps) + np.cumsum(spans) - spans
+            rows = slice(first, first + k)
+            layout.ptrs[rows, 0], layout.ptrs[rows, 1] = firsts, firsts + sizes[:, 0]
+            layout.sizes[rows, :2] = sizes
+            for t, (off, size) in enumerate(arrays):
+                layout.ptrs[rows, 2 + t] = firsts + sizes.sum(axis=1) + np.uint64(off)
+                layout.sizes[rows, 2 + t] = size
             self.labels[first : first + k] = labels
             kept[page] = done[page]
             nxt = first + k
@@ -258,7 +283,7 @@ class PackedConversion(Conversion):
 
     def run(self, resume: bool) -> WriteReport:
         files = self.files
-        self.labels = np.zeros(self.layout.num_samples, dtype=np.int64)
+        self.labels = scalar_record(self.layout.schema, self.layout.num_samples)
         done = self.resumable() if resume else {}
         if done is None:
             self.journal.remove()
@@ -293,7 +318,7 @@ class PackedConversion(Conversion):
 
     def _tasks(self, start: int, workers: int) -> list[tuple[int, int]]:
         n = self.layout.num_samples
-        per = max(1, _TASK_BYTES // max(1, self.layout.schema.sample_bytes))
+        per = max(1, _TASK_BYTES // max(1, self.layout.schema.slot_bytes))
         per = max(1, min(per, -(-(n - start) // (4 * workers))))
         return [(s, min(n, s + per)) for s in range(start, n, per)]
 
@@ -301,9 +326,7 @@ class PackedConversion(Conversion):
         global _JOB
         schema = self.layout.schema
         tasks = self._tasks(packer.next, self.workers)
-        _JOB = _EncodeJob(
-            self.src, (schema.a, schema.b), self.conv, self.order, (self.journal.fd, fd)
-        )
+        _JOB = _EncodeJob(self.src, schema, self.conv, self.order, (self.journal.fd, fd))
         try:
             with self.progress_bar(packer.next) as packer.bar:
                 run_tasks(

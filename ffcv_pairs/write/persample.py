@@ -33,7 +33,8 @@ _SAMPLED = 8  # indices whose files' sizes and mtimes go into the fingerprint
 
 
 class PerSampleSource(PairSource):
-    """``{split}_A_images_{i}.pt``, ``{split}_B_images_{i}.pt``, ``{split}_labels_{i}.pt``.
+    """``{split}_A_images_{i}.pt``, ``{split}_B_images_{i}.pt``, ``{split}_labels_{i}.pt``
+    (any tensor or number), and any ``{split}_{name}_{i}.pt`` (extra field ``name``).
 
     Args:
         root: The directory.
@@ -48,8 +49,10 @@ class PerSampleSource(PairSource):
         self.root = Path(root)
         self.split = split
         files = files if files is not None else scan(self.root, [split])[split]
-        self.n = files.complete_count(PER_SAMPLE_KINDS, "per-sample")
-        families = [files.family(k) for k in PER_SAMPLE_KINDS]
+        self.extras = files.extra_kinds
+        kinds = (*PER_SAMPLE_KINDS, *self.extras)
+        self.n = files.complete_count(kinds, "per-sample")
+        families = [files.family(k) for k in kinds]
         self._prefixes = [os.path.join(self.root, f.prefix) for f in families]
         self._widths = [f.width for f in families]
         self._templates: list[PtTemplate | None] | None = None
@@ -63,7 +66,7 @@ class PerSampleSource(PairSource):
 
     def _learn(self) -> list[PtTemplate | None]:
         templates: list[PtTemplate | None] = []
-        for kind in range(len(PER_SAMPLE_KINDS)):
+        for kind in range(len(self._prefixes)):
             try:
                 templates.append(learn_template(self.path(kind, 0)))
             except (ValueError, OSError):  # not one tensor: torch.load and its checks decide
@@ -85,10 +88,13 @@ class PerSampleSource(PairSource):
     def __len__(self) -> int:
         return self.n
 
-    def read(self, i: int) -> tuple[Any, Any, Any]:
+    def read(self, i: int) -> tuple[Any, ...]:
         if self._templates is None:
             self._templates = self._learn()
-        return self._read_one(0, i), self._read_one(1, i), self._read_one(2, i)
+        a, b, label = self._read_one(0, i), self._read_one(1, i), self._read_one(2, i)
+        if not self.extras:
+            return a, b, label
+        return a, b, label, {name: self._read_one(3 + k, i) for k, name in enumerate(self.extras)}
 
     def read_block(
         self, ids: Sequence[int], images: tuple[np.ndarray, np.ndarray], specs: Sequence[ArraySpec]
@@ -143,7 +149,7 @@ class PerSampleSource(PairSource):
         return fast, sum(t.fallback_reads for t in live) + self._plain_loads
 
     def where(self, i: int, part: str) -> str:
-        names = PairSchema.field_names()
+        names = (*PairSchema.field_names(), *self.extras)
         return self.path(names.index(part), i) if part in names else f"{self.path(0, i)}:{part}"
 
     def describe(self) -> str:
@@ -153,7 +159,7 @@ class PerSampleSource(PairSource):
         """Adds the size and mtime of the files of a few indices spread over ``0..n-1``."""
         stats = {}
         for i in np.unique(np.linspace(0, self.n - 1, _SAMPLED).astype(np.int64)).tolist():
-            for kind in range(len(PER_SAMPLE_KINDS)):
+            for kind in range(len(self._prefixes)):
                 path = self.path(kind, i)
                 st = os.stat(path)
                 stats[os.path.basename(path)] = [st.st_size, st.st_mtime_ns]

@@ -276,12 +276,14 @@ class IndexedSource(PairSource):
     def __len__(self) -> int:
         return len(self.data)
 
-    def read(self, i: int) -> tuple[Any, Any, Any]:
+    def read(self, i: int) -> tuple[Any, ...]:
         item = self.data[i]
+        if isinstance(item, Sequence) and len(item) == 4 and isinstance(item[3], Mapping):
+            return (*item[:3], item[3]) if item[3] else (item[0], item[1], item[2])
         if not isinstance(item, Sequence) or len(item) != 3:
             raise SourceError(
-                f"{self.describe()}[{i}]: expected an (A, B, label) triple, got "
-                f"{type(item).__name__}"
+                f"{self.describe()}[{i}]: expected an (A, B, label) triple or an (A, B, label, "
+                f"{{name: value}}) tuple, got {type(item).__name__}"
             )
         return item[0], item[1], item[2]
 
@@ -290,27 +292,42 @@ class IndexedSource(PairSource):
 
 
 class ArraySource(PairSource):
-    """Three stacked arrays: ``A[N, ...]``, ``B[N, ...]`` and ``labels[N]``."""
+    """Stacked arrays: ``A[N, ...]``, ``B[N, ...]``, ``labels[N, ...]`` (integers, floats or
+    arrays of a fixed shape) and any extra fields by keyword, ``name=array[N, ...]``."""
 
-    def __init__(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray, name: str = "arrays"):
+    def __init__(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        labels: np.ndarray,
+        name: str = "arrays",
+        **extras: np.ndarray,
+    ):
         a, b, labels = np.asarray(a), np.asarray(b), np.asarray(labels)
-        if not (len(a) == len(b) == len(labels)):
+        self.extras = {key: np.asarray(value) for key, value in extras.items()}
+        lengths = [len(a), len(b), len(labels), *(len(v) for v in self.extras.values())]
+        if len(set(lengths)) != 1:
+            extra = "".join(f", {name}" for name in self.extras)
             raise ValueError(
-                f"ArraySource: A, B and labels must have the same length, got "
-                f"{len(a)}, {len(b)}, {len(labels)}"
+                f"ArraySource: a, b, labels{extra} must have the same length, got "
+                f"{', '.join(map(str, lengths))}"
             )
-        if labels.dtype.kind not in "iu" or labels.ndim != 1:
+        if labels.ndim == 0 or labels.dtype.kind not in "iuf":
             raise SourceError(
-                f"{name}.labels: must be a 1-d integer array, got {labels.dtype} "
-                f"of shape {labels.shape}"
+                f"{name}.labels: must be an integer or float array of N labels, got "
+                f"{labels.dtype} of shape {labels.shape}"
             )
         self.a, self.b, self.name = a, b, name
-        self.labels = int64_labels(labels, f"{name}.labels")
+        ints = labels.dtype.kind in "iu" and labels.ndim == 1
+        self.labels = int64_labels(labels, f"{name}.labels") if ints else labels
 
     def __len__(self) -> int:
         return len(self.a)
 
-    def read(self, i: int) -> tuple[Any, Any, Any]:
+    def read(self, i: int) -> tuple[Any, ...]:
+        if self.extras:
+            extras = {key: value[i] for key, value in self.extras.items()}
+            return self.a[i], self.b[i], self.labels[i], extras
         return self.a[i], self.b[i], self.labels[i]
 
     def read_arrays(self, start: int, stop: int) -> tuple[np.ndarray, ...]:
@@ -320,7 +337,8 @@ class ArraySource(PairSource):
         """Length plus a CRC32 over a few sampled samples' bytes."""
         crc = 0
         for i in np.unique(np.linspace(0, len(self) - 1, 16).astype(np.int64)).tolist():
-            for part in self.read(i):
+            parts = [self.a[i], self.b[i], self.labels[i], *(v[i] for v in self.extras.values())]
+            for part in parts:
                 crc = zlib.crc32(np.ascontiguousarray(part).tobytes(), crc)
         return super().fingerprint() | {"sampled_crc32": crc}
 

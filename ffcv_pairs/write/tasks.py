@@ -47,6 +47,7 @@ from .convert import Converter
 from .shuffle import Permutation
 from .sources import PairSource, int64_labels
 from .testhook import hook
+from .values import fill_values, scalar_record, split_item
 
 __all__ = [
     "Job",
@@ -189,10 +190,19 @@ def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
     layout, conv, src = job.layout, job.converter, job.source
     schema = layout.schema
     start, stop = layout.page_samples(page)
-    k, na, sb = stop - start, schema.a.nbytes, schema.sample_bytes
+    k, na, sb = stop - start, schema.a.nbytes, schema.slot_bytes
     slots = buf[: k * sb].reshape(k, sb)
     a_name, b_name = schema.IMAGE_FIELDS
     job.doing(Step.PAGE_SAMPLES, page)
+    if not schema.plain:
+        positions = np.arange(start, stop)
+        read = positions if job.order is None else job.order.source_of(positions)
+        values = scalar_record(schema, k)
+        for j, i in enumerate(read.tolist()):
+            job.doing(Step.SAMPLE, i)
+            _sample_into(job, i, src.read(i), slots[j], values[j : j + 1])
+        buf[k * sb :] = 0
+        return values
     block = src.read_arrays(start, stop) if job.order is None else None
     if block is not None:
         a = conv.image(block[0], f"{src.describe()}.{a_name}[{start}:{stop}]")
@@ -225,14 +235,25 @@ def _gather(job: Job, page: int, buf: np.ndarray) -> np.ndarray:
     return labels
 
 
+def _sample_into(job: Job, i: int, item: tuple, slot: np.ndarray, record: np.ndarray) -> None:
+    """Sample ``i`` (a source item) into its ``slot`` and (scalars) ``record``."""
+    schema, conv, src = job.layout.schema, job.converter, job.source
+    a, b, label, extras = split_item(item, src.where(i, "item"))
+    na, nb = schema.a.nbytes, schema.b.nbytes
+    a_name, b_name = schema.IMAGE_FIELDS
+    slot[:na] = conv.sample_bytes(a, schema.a, src, i, a_name)
+    slot[na : na + nb] = conv.sample_bytes(b, schema.b, src, i, b_name)
+    fill_values(schema, (label, extras), slot, record, lambda name: src.where(i, name))
+
+
 def _write_stats(job: Job, block: np.ndarray, first: int) -> None:
     """The statistics records of the samples in ``block`` (``(k, sample bytes)``), which
     sit at positions ``first ..`` of the file."""
     if _STATS is None:
         return
-    na = job.layout.schema.a.nbytes
+    na, nb = job.layout.schema.a.nbytes, job.layout.schema.b.nbytes
     rows = np.zeros((len(block), *RECORD_SHAPE), dtype="<u4")
-    for t, part in enumerate((block[:, :na], block[:, na:])):
+    for t, part in enumerate((block[:, :na], block[:, na : na + nb])):
         if job.stats_kinds[t] >= 0:
             image_stats(part, job.stats_kinds[t], rows[:, t])
     pwrite_all(_STATS, rows, record_offset(first))
@@ -243,7 +264,7 @@ def _write_pages(job: Job, fd: int, bufs: list[np.ndarray], p0: int, p1: int) ->
     page before from the other buffer: an ``O_DIRECT`` write leaves the core idle until
     it lands (a quarter of a worker's time), and ``pwrite`` releases the GIL."""
     layout = job.layout
-    sb = layout.schema.sample_bytes
+    sb = layout.schema.slot_bytes
     done: list[tuple[int, int, bytes]] = []
     samples = 0
     writes: collections.deque[tuple[int, Future[None]]] = collections.deque()
@@ -280,11 +301,11 @@ def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult
     src, layout, conv = job.source, job.layout, job.converter
     assert isinstance(src, BatchedSource), "scatter tasks need a batched source"
     schema, spp = layout.schema, layout.samples_per_page
-    na, sb = schema.a.nbytes, schema.sample_bytes
+    na, sb = schema.a.nbytes, schema.slot_bytes
     a_name, b_name = schema.IMAGE_FIELDS
     n = layout.num_samples  # less than the source's length under --limit
     s0, s1 = int(src.offsets[k0]), min(n, int(src.offsets[k1]))
-    labels = np.empty(spp, dtype=np.int64)
+    labels = np.empty(spp, dtype=np.int64) if schema.plain else scalar_record(schema, spp)
     done: list[tuple[int, int, bytes]] = []
 
     def flush(page: int, lo: int, hi: int) -> None:
@@ -311,13 +332,18 @@ def _scatter(job: Job, fd: int, buf: np.ndarray, k0: int, k1: int) -> TaskResult
         dest = None if job.order is None else job.order.position_of(np.arange(base, base + count))
         for j in range(count):
             i = base + j
-            a, b, label = src.item(data, k, j)
+            item = src.item(data, k, j)
             d = i if dest is None else int(dest[j])
             p, slot = divmod(d, spp)
             if p != page or dest is not None:
                 if page >= 0:
                     flush(page, lo, hi)
                 page, lo = p, slot
+            hi = slot + 1
+            if not schema.plain:
+                _sample_into(job, i, item, buf[slot * sb : hi * sb], labels[slot:hi])
+                continue
+            a, b, label = item
             buf[slot * sb : slot * sb + na] = conv.sample_bytes(a, schema.a, src, i, a_name)
             buf[slot * sb + na : (slot + 1) * sb] = conv.sample_bytes(b, schema.b, src, i, b_name)
             labels[slot] = conv.label(label, src, i)

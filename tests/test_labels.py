@@ -391,7 +391,7 @@ def test_items_with_no_extras_write_a_plain_file(tmp_path: Path, source: str) ->
 
 def test_shards_of_a_dataset_keep_every_field(tmp_path: Path) -> None:
     """A dataset manifest of three shards reads every field as one file would."""
-    from ffcv_pairs.format.shards import merge_parts
+    from ffcv_pairs.format.merging import merge_parts
 
     d = _data("mask", seed=5)
     cuts = [0, 7, 15, N]

@@ -75,7 +75,7 @@ def test_each_node_reads_its_buckets_in_equal_batches(
     try:
         orders = [rank_order(index, s, epoch) for s in specs]
     except ValueError as e:  # a node too small for the others' share: refused by name
-        assert "fewer than the" in str(e)
+        assert "fewer than the" in str(e) or "holds none" in str(e)
         return
     assert len({len(o) for o in orders}) == 1, "every rank reads the same number"
     assert len(orders[0]) == rank_samples(index, specs[0])
@@ -206,7 +206,7 @@ def test_elastic_resume_keeps_each_node_on_its_buckets(
         try:
             orders = [resumed_order(index, s, epoch, history) for s in specs]
         except ValueError as e:  # a node left too small for the others' share: named
-            assert "samples" in str(e)
+            assert "samples" in str(e) or "holds none" in str(e)
             return
         assert len({len(o) for o in orders}) == 1, "equal lengths on every rank"
         held = [set(node_index(index, specs[0], p).samples.tolist()) for p in range(nodes)]

@@ -407,3 +407,22 @@ def test_shards_of_a_dataset_keep_every_field(tmp_path: Path) -> None:
     merge_parts(shards, manifest).save(manifest)
     for order in ("sequential", "quasi_random"):
         _check_batches(manifest, d, order)
+
+
+def test_a_mask_under_geometric_augmentation_is_refused_by_name(tmp_path: Path) -> None:
+    """A mask field shaped like the images would not follow a crop or flip (not yet): the
+    loader refuses it rather than hand back masks misaligned with their images; photometric
+    ops alone are fine."""
+    from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, (16, 3, 12, 12), dtype=np.uint8)
+    mask = (a[:, 0] > 128).astype(np.uint8)
+    path = tmp_path / "m.beton"
+    write_pairs(ArraySource(a, a, np.arange(16), mask=mask), path, workers=1, progress=False)
+    with pytest.raises(
+        ValueError, match=r"m\.beton: field 'mask' \(uint8\[12, 12\]\) is shaped like"
+    ):
+        make_loader(path, batch_size=4, augment=PairAugment(hflip=0.5))
+    batches = list(make_loader(path, batch_size=4, augment=PairAugment(brightness=0.2)))
+    assert len(batches) == 4 and batches[0][3].shape == (4, 12, 12)

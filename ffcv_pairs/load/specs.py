@@ -45,6 +45,8 @@ def pair_specs(
         jpeg_downscale: See :class:`~ffcv_pairs.load.options.LoaderConfig`.
     """
     schema = reader.schema
+    if augment is not None and augment.has_geometry:
+        _refuse_unmoved_maps(schema, reader.path)
     b_ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
     placement = place_ops(augment, schema, on_cpu=on_cpu)
     decoder: PairDecoder
@@ -77,3 +79,20 @@ def pair_specs(
         specs[name] = PipelineSpec(name, decoder=value, transforms=[ToTensor()])
         finishers.append([])
     return specs, finishers
+
+
+def _refuse_unmoved_maps(schema: PairSchema, path: object) -> None:
+    """A label or extra field shaped like the images (their height and width among its
+    last three sizes) would not line up with A and B after a crop, flip or turn: refuse
+    it by name rather than hand back a mask that no longer matches its images."""
+    sizes = {(schema.a.shape[i], schema.a.shape[i + 1]) for i in range(len(schema.a.shape) - 1)}
+    for name, field in schema.values.items():
+        shape = field.shape
+        pairs = {(shape[i], shape[i + 1]) for i in range(max(0, len(shape) - 3), len(shape) - 1)}
+        if pairs & sizes:
+            raise ValueError(
+                f"{path}: field {name!r} ({field.dtype}{list(shape)}) is shaped like the "
+                f"images, but the augmentation's geometry (crop, flip, turn, translate) does "
+                f"not move it yet, so it would no longer line up with A and B: load it with "
+                f"photometric ops only, or without augmentation"
+            )

@@ -310,7 +310,10 @@ def test_batches_before_and_after_the_parallel_kernel_arrives_are_a_warm_runs(
 
     cold, said = run(0)  # until both kernels have served
     kinds = [set(b["served"]) for b in cold["batches"]]  # the kernels that served so far
-    assert kinds[0] == {"decode_pairs_serial"}, kinds[:3]  # the first batch did not wait
+    # The first batch did not wait: the serial kernel had served by then. (Served so far, not
+    # by this batch alone: the epoch thread runs ahead, and under load the parallel kernel may
+    # have taken over for the batches after it before the first is handed out.)
+    assert "decode_pairs_serial" in kinds[0], kinds[:3]
     assert kinds[-1] == {"decode_pairs_serial", "decode_pairs"}, kinds[-1]
     assert "in the background" in said, said
     warm, _ = run(cold["epochs"])

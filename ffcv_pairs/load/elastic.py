@@ -111,7 +111,12 @@ class Segment:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As saved in a state; ``nodes`` only where it is not 1 (states of the global order
+        read as before)."""
+        data = asdict(self)
+        if self.nodes == 1:
+            del data["nodes"]
+        return data
 
     def same_world(self, other: Segment) -> bool:
         """Same ranks (and nodes), batch size and cut: one continues the other."""

@@ -45,7 +45,7 @@ lint: install
 # Three test processes (pytest-xdist), tests handed out as each finishes. The suite keeps
 # 2 cores about three quarters busy with two (tests waiting on subprocesses and on the
 # benchmark smoke test's time boxes); a third fills that: from a fresh clone on 2 cores,
-# make test took 11.9 min with two, 10.4 with three (6.0 and 7.0 min on 2026-12-05, an empty
+# make test took 11.9 min with two, 10.4 with three (7.8 and 8.1 min on 2026-12-05, an empty
 # kernel cache, the install about a minute of it).
 # The tests marked slow start first (tests/conftest.py). Lint runs beside the tests; its
 # output follows theirs.

@@ -426,3 +426,23 @@ def test_a_mask_under_geometric_augmentation_is_refused_by_name(tmp_path: Path) 
         make_loader(path, batch_size=4, augment=PairAugment(hflip=0.5))
     batches = list(make_loader(path, batch_size=4, augment=PairAugment(brightness=0.2)))
     assert len(batches) == 4 and batches[0][3].shape == (4, 12, 12)
+
+
+def test_batches_are_named_by_the_files_fields(tmp_path: Path) -> None:
+    from ffcv_pairs import ArraySource, make_loader, write_pairs
+    from ffcv_pairs.load.batches import PairBatch
+
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (8, 3, 6, 6), dtype=np.uint8)
+    plain, extra = tmp_path / "plain.beton", tmp_path / "extra.beton"
+    write_pairs(ArraySource(a, a, np.arange(8)), plain, workers=1, progress=False)
+    depth = rng.random((8, 2), dtype=np.float32)
+    write_pairs(ArraySource(a, a, np.arange(8), depth=depth), extra, workers=1, progress=False)
+    first = next(iter(make_loader(plain, batch_size=4, order="sequential")))
+    assert type(first) is PairBatch and first._fields == ("A", "B", "label")
+    a0, b0, label = first  # unpacks as before
+    assert torch.equal(first.B, b0)
+    assert torch.equal(first.label, label) and torch.equal(first.A, a0)
+    named = next(iter(make_loader(extra, batch_size=4, order="sequential")))
+    assert named._fields == ("A", "B", "label", "depth")
+    assert np.array_equal(named.depth.numpy(), depth[:4])

@@ -113,7 +113,7 @@ class SiamesePairClassifier(L.LightningModule):
         return self.head(pooled)
 
     def _step(self, batch: Any, split: str) -> torch.Tensor:
-        a, b, label = batch
+        a, b, label = batch[:3]  # any extra fields after the label are not this model's
         logits = self(a, b)
         loss = nn.functional.cross_entropy(logits, label)
         metric: MulticlassAccuracy = self.metrics[f"{split}_acc"]  # type: ignore[assignment]

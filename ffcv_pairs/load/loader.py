@@ -33,6 +33,7 @@ import torch
 from ..augment.config import PairAugment
 from ..format.joined import dataset_stats
 from ..format.schema import PairSchema
+from .batches import batch_type, named_batch
 from .budget import check_budget, estimate_memory
 from .delivery.engines import CopyEngine, CudaEngine
 from .delivery.stage import DeviceStage
@@ -89,6 +90,7 @@ class PairLoader:
         )
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
+        self._batch_type = batch_type(self.schema)
         self.config = cfg = config.for_file(self.schema)
         self.rank, self.world_size = resolve_world(cfg.rank, cfg.world_size, cfg.distributed)
         self.num_threads = cfg.num_threads or default_num_threads(local_ranks(self.world_size))
@@ -237,11 +239,8 @@ class PairLoader:
         mapped += [m for m in [getattr(it.memory_context, "mmap", None)] if m is not None]
         watch_mappings(id(self), self.path, mapped)
         try:
-            for k, batch in enumerate(it):
-                if self.copy_engine is None:
-                    # Image slots are reused (hold two batches); labels and extra fields,
-                    # which callers keep for metrics, are copied (B int64s, for most).
-                    batch = (*batch[:2], *(value.clone() for value in batch[2:]))
+            for k, values in enumerate(it):  # image slots are reused: hold two batches
+                batch = named_batch(self._batch_type, values, copy=self.copy_engine is None)
                 state = state.advanced()
                 self._progress = state
                 self.last_batch_ids = rest[k * bs : (k + 1) * bs]

@@ -38,8 +38,10 @@ if TYPE_CHECKING:
     from .lightning.callbacks import LoaderMonitor
     from .lightning.datamodule import PairDataModule
     from .lightning.model import SiamesePairClassifier
+    from .load.batches import PairBatch
     from .load.budget import MemoryBudgetError
     from .load.loader import LoaderConfig, LoaderError, PairLoader, make_loader
+    from .load.mixing import Stream
     from .load.truncation import BetonChangedError
     from .write.batched import BatchedSource
     from .write.persample import PerSampleSource
@@ -66,6 +68,8 @@ _HOMES = {
     "PairDataModule": "lightning.datamodule",
     "PairLoader": "load.loader",
     "PairReader": "format.reader",
+    "PairBatch": "load.batches",
+    "Stream": "load.mixing",
     "PairSchema": "format.schema",
     "PairSource": "write.sources",
     "PerSampleSource": "write.persample",
@@ -97,6 +101,7 @@ __all__ = [
     "MemoryBudgetError",
     "NotRegularFileError",
     "PairAugment",
+    "PairBatch",
     "PairDataModule",
     "PairLoader",
     "PairReader",
@@ -107,6 +112,7 @@ __all__ = [
     "SiamesePairClassifier",
     "SourceError",
     "StatsWarning",
+    "Stream",
     "WriteError",
     "WriteInterrupted",
     "WriteReport",

@@ -446,3 +446,34 @@ def test_batches_are_named_by_the_files_fields(tmp_path: Path) -> None:
     named = next(iter(make_loader(extra, batch_size=4, order="sequential")))
     assert named._fields == ("A", "B", "label", "depth")
     assert np.array_equal(named.depth.numpy(), depth[:4])
+
+
+def test_lightning_trains_the_example_model_on_a_file_with_extras(tmp_path: Path) -> None:
+    import lightning as L
+
+    from ffcv_pairs import ArraySource, PairDataModule, write_pairs
+    from ffcv_pairs.lightning.model import SiamesePairClassifier
+
+    rng = np.random.default_rng(8)
+    a = rng.integers(0, 256, (64, 3, 16, 16), dtype=np.uint8)
+    path = tmp_path / "x.beton"
+    extra = {"ident": np.arange(64) * 7}
+    write_pairs(ArraySource(a, a, np.arange(64) % 2, **extra), path, workers=1, progress=False)
+    dm = PairDataModule(train_path=str(path), val_path=str(path), batch_size=16)
+    seen: list[int] = []
+
+    class Model(SiamesePairClassifier):
+        def training_step(self, batch, batch_idx):  # the extra field arrives by name
+            seen.extend(batch.ident.tolist())
+            return super().training_step(batch, batch_idx)
+
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Model(num_classes=2, width=4), datamodule=dm)
+    assert trainer.global_step == 4 and sorted(seen) == sorted((np.arange(64) * 7).tolist())

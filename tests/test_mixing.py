@@ -319,3 +319,10 @@ def test_a_dataset_twice_in_a_mixture_or_no_path_is_refused_by_name(tmp_path: Pa
     no_path = r"^streams\[0\]: stream path must be a file path, got None$"
     with pytest.raises(TypeError, match=no_path):
         as_streams([{"path": None, "proportion": 1.0}])
+
+
+def test_a_repeat_too_large_for_an_epoch_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"stream a\.json: takes 1e\+21 samples an epoch"):
+        Mixture([Stream("a.json", repeat=1e20)], [10], None)
+    with pytest.raises(ValueError, match=r"epoch_size=1099511627777 is more than 2\*\*40"):
+        Mixture([Stream("a.json", proportion=1.0)], [10], 2**40 + 1)

@@ -53,6 +53,7 @@ __all__ = [
 
 _TAG = 0x4D4958  # "MIX": keeps these keys apart from the order's
 _MASK64 = (1 << 64) - 1
+_MOST_PER_EPOCH = 1 << 40  # samples a stream may take an epoch (the list is built in memory)
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,8 @@ class Mixture:
                 f"stream {bare} has no proportion but others do: give every stream a "
                 f"proportion, or none (then repeat or choose)"
             )
+        if epoch_size is not None and epoch_size > _MOST_PER_EPOCH:
+            raise ValueError(f"epoch_size={epoch_size} is more than 2**40 samples an epoch")
         if epoch_size is not None and (isinstance(epoch_size, bool) or epoch_size < 1):
             raise ValueError(f"epoch_size must be a positive integer, got {epoch_size!r}")
         if all(with_proportion):
@@ -188,13 +191,17 @@ class Mixture:
                     f"epoch_size={epoch_size} goes with proportions; with repeat or choose each "
                     f"stream says its own count"
                 )
-            self.counts = np.asarray(
-                [
-                    s.choose if s.choose is not None else round((s.repeat or 1.0) * n)
-                    for s, n in zip(self.streams, self.sizes.tolist())
-                ],
-                dtype=np.int64,
-            )
+            counts = [
+                s.choose if s.choose is not None else round((s.repeat or 1.0) * n)
+                for s, n in zip(self.streams, self.sizes.tolist())
+            ]
+            for stream, count in zip(self.streams, counts):
+                if count > _MOST_PER_EPOCH:
+                    raise ValueError(
+                        f"stream {stream.path}: takes {count:.3g} samples an epoch, more than "
+                        f"2**40; a repeat or choose that large is not a real epoch"
+                    )
+            self.counts = np.asarray(counts, dtype=np.int64)
         self.epoch_size = int(self.counts.sum())
         if self.epoch_size < 1:
             raise ValueError(

@@ -508,3 +508,20 @@ def test_verify_against_catches_codes_that_mean_nothing_even_if_the_writer_took_
     assert main(["verify", str(beton), "--against", str(src), "--samples", "all"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "no finite step" in out, out
+
+
+def test_a_loader_reads_each_sidecar_once(tmp_path: Path, monkeypatch) -> None:
+    """Opening, the image statistics and the resume identity all ask for the sidecar; one
+    reader reads it once (a dataset of shards asked for each up to three times)."""
+    from conftest import write_small_beton
+
+    from ffcv_pairs import PairAugment
+    from ffcv_pairs.format import sidecar
+
+    path, _, _ = write_small_beton(tmp_path)
+    load, reads = sidecar.Manifest.load, []
+    monkeypatch.setattr(sidecar.Manifest, "load", lambda p: reads.append(p) or load(p))
+    loader = make_loader(path, batch_size=8, augment=PairAugment(hflip=0.5, contrast=0.2))
+    next(iter(loader))
+    loader.state_dict()
+    assert len(reads) == 1, reads

@@ -50,9 +50,14 @@ class Mismatch:
 
 
 def load_manifest(reader: PairReader) -> Manifest | None:
-    """The sidecar of ``reader``'s file, checked to belong to it; None when there is none."""
+    """The sidecar of ``reader``'s file, checked to belong to it; None when there is none.
+    Read once per reader (opening, stats, checks against a dataset's entry and resume
+    identity all ask): later calls return what the first found."""
+    if reader.sidecar_read is not None:
+        return reader.sidecar_read[0]
     path = sidecar_to_read(reader.path)
     if not path.exists():
+        reader.sidecar_read = (None,)
         return None
     manifest = Manifest.load(path)
     if manifest.file_size != reader.file_size:
@@ -62,6 +67,7 @@ def load_manifest(reader: PairReader) -> Manifest | None:
         )
     if manifest.num_samples != reader.num_samples or manifest.page_size != reader.page_size:
         raise BetonError(f"{reader.path}: header does not match its manifest {path.name}")
+    reader.sidecar_read = (manifest,)
     return manifest
 
 

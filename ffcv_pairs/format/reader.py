@@ -63,6 +63,9 @@ class PairReader(Reader):
 
     def __init__(self, path: str | os.PathLike[str]):
         self._sizes: np.ndarray | None = None
+        #: The sidecar as :func:`~.integrity.load_manifest` first read it (or None: none),
+        #: in a 1-tuple; None until then. One reader reads its sidecar once.
+        self.sidecar_read: tuple[Any] | None = None
         self._rows: np.ndarray | None = None
         self.path = require_file(path)
         self.file_size = self.path.stat().st_size

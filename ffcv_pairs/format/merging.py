@@ -51,6 +51,13 @@ def shard_entry(beton: str | os.PathLike[str], root: str | os.PathLike[str]) -> 
         BetonError: naming the file: not a finished `.beton`, still being written (its
             ``.partial`` or ``.journal`` is beside it), no sidecar, or one that disagrees.
     """
+    return _shard(beton, root)[0]
+
+
+def _shard(
+    beton: str | os.PathLike[str], root: str | os.PathLike[str]
+) -> tuple[ShardEntry, dict[str, Any]]:
+    """:func:`shard_entry` and the file's schema (JSON), from one open of the file."""
     path = Path(beton)
     if is_dataset_manifest(path):
         raise BetonError(f"{path}: a dataset manifest, not a .beton: give its shards' .beton files")
@@ -72,15 +79,17 @@ def shard_entry(beton: str | os.PathLike[str], root: str | os.PathLike[str]) -> 
             f"file holds {reader.num_samples} in {size}: a stale sidecar"
         )
     part = (side.fingerprint or {}).get(PART_KEY)
-    return ShardEntry(
+    schema = reader.schema.to_json()
+    entry = ShardEntry(
         path=Path(os.path.relpath(path, root)).as_posix(),
         samples=reader.num_samples,
         bytes=size,
         digest=f"{side.digest_kind}:{side.digest}",
         page_size=int(reader.page_size),
-        schema=schema_fingerprint(reader.schema.to_json()),
+        schema=schema_fingerprint(schema),
         part=part,
     )
+    return entry, schema
 
 
 def _same_schema(entries: Sequence[tuple[Path, ShardEntry, dict[str, Any]]]) -> dict[str, Any]:
@@ -102,7 +111,7 @@ def _described(betons: Sequence[str | os.PathLike[str]], root: Path) -> list[Any
         if real in seen:
             raise BetonError(f"{beton}: given twice (also as {seen[real]})")
         seen[real] = beton
-        out.append((Path(beton), shard_entry(beton, root), PairReader(beton).schema.to_json()))
+        out.append((Path(beton), *_shard(beton, root)))
     return out
 
 

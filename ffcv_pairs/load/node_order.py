@@ -196,15 +196,21 @@ class SegmentLike(Protocol):
     def nodes(self) -> int: ...
 
 
-def _pool_order(index: PageIndex, spec: OrderSpec, epoch: int, consumed: np.ndarray) -> np.ndarray:
-    """This rank's ids after ``consumed``: its node's unconsumed samples, in the node's
-    sequence order, dealt to the node's ranks in equal slices (equal across nodes)."""
+def _pools(index: PageIndex, spec: OrderSpec, epoch: int, consumed: np.ndarray) -> list[np.ndarray]:
+    """Each node's unconsumed samples, in the node's sequence order (the same for every
+    rank of a world: computed once a world)."""
     pools = []
     for node in range(spec.nodes):
         mine = node_index(index, spec, node)
         local = _local_spec(spec, node)
         sequence = read_order(mine, local, epoch, 0, mine.num_samples, None)
         pools.append(sequence[~consumed[sequence]])
+    return pools
+
+
+def _pool_order(pools: list[np.ndarray], spec: OrderSpec) -> np.ndarray:
+    """This rank's ids of the ``pools`` (:func:`_pools`): its node's, dealt to the node's
+    ranks in equal slices (equal across nodes)."""
     node = _nodes(spec)[2]
     local = _local_spec(spec, node)
     lengths = [local.share(len(pool))[1] for pool in pools]
@@ -239,12 +245,11 @@ def node_resumed_order(
             nodes=seg.nodes,
         )
         now = np.zeros(size, dtype=bool) if consumed is None else consumed.copy()
+        pools = None if consumed is None else _pools(index, world, epoch, consumed)
         for rank in range(seg.world_size):
             ranked = replace(world, rank=rank)
             order = (
-                node_order(index, ranked, epoch)
-                if consumed is None
-                else _pool_order(index, ranked, epoch, consumed)
+                node_order(index, ranked, epoch) if pools is None else _pool_order(pools, ranked)
             )
             if seg.batches * seg.batch_size > len(order) + (
                 0 if seg.drop_last else seg.batch_size - 1
@@ -257,4 +262,4 @@ def node_resumed_order(
             now[order[: seg.batches * seg.batch_size]] = True
         consumed = now
     assert consumed is not None
-    return _pool_order(index, spec, epoch, consumed)
+    return _pool_order(_pools(index, spec, epoch, consumed), spec)

@@ -43,24 +43,17 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from .._checks import flag, integer, number, one_of, optional, pair, sequence_of, shown
+from .._checks import shown
 from ..format.schema import ArraySpec, PairSchema
-from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, GeometryConfig
+from ..kernels.geometry import GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
+from .checks import PAD_MODES, check_geometry, check_photometric_and_output
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
 
 PadMode = Literal["constant", "reflect", "edge"]
-_PAD_MODES = {"constant": PAD_CONSTANT, "reflect": PAD_REFLECT, "edge": PAD_EDGE}
 OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
-#: Largest crop side, padding or shift, in pixels.
-MAX_SIDE = 1 << 16
-
-
-def _ordered(name: str, value: tuple[float, float] | None) -> None:
-    if value is not None and value[0] > value[1]:
-        raise ValueError(f"augment {name}={value} must be (low, high) with low <= high")
 
 
 @dataclass(frozen=True)
@@ -135,8 +128,8 @@ class PairAugment:
 
     def __post_init__(self, paired_geometry: bool | None) -> None:
         self._old_names(paired_geometry)
-        self._check_geometry()
-        self._check_photometric_and_output()
+        check_geometry(self)
+        check_photometric_and_output(self)
 
     def _old_names(self, paired_geometry: bool | None) -> None:
         """Options as they were once spelled: accepted, with a warning that says the new way."""
@@ -158,79 +151,6 @@ class PairAugment:
             )
             object.__setattr__(self, "resized_crop", self.crop)
             object.__setattr__(self, "crop", None)
-
-    def _put(self, name: str, check: Any, *args: Any, **bounds: Any) -> None:
-        object.__setattr__(
-            self, name, check(f"augment {name}", getattr(self, name), *args, **bounds)
-        )
-
-    def _check_geometry(self) -> None:
-        put = self._put
-        put("hflip", number, 0.0, 1.0)
-        put("vflip", number, 0.0, 1.0)
-        put("rot90", flag)
-        put("crop", optional(pair), integer, least=1, most=MAX_SIDE)
-        put("crop_padding", integer, 0, MAX_SIDE)
-        put("resized_crop", optional(pair), integer, least=1, most=MAX_SIDE)
-        put("crop_scale", optional(pair), number, above=0.0, most=1.0)
-        put("crop_ratio", pair, number, above=0.0, most=1e6)
-        put("center", flag)
-        put("translate", pair, integer, least=0, most=MAX_SIDE)
-        put("pad_mode", one_of, list(_PAD_MODES))
-        put("fill", number)
-        _ordered("crop_scale", self.crop_scale)
-        _ordered("crop_ratio", self.crop_ratio)
-        if self.crop is not None and self.resized_crop is not None:
-            raise ValueError(
-                f"augment crop={self.crop} and resized_crop={self.resized_crop}: choose one"
-            )
-        if self.crop_scale is not None and self.resized_crop is None:
-            raise ValueError(
-                "augment crop_scale applies to resized_crop=(height, width), which is not set"
-            )
-        if self.resized_crop is not None and self.crop_padding:
-            raise ValueError(
-                "augment crop_padding applies to a plain crop, not to resized_crop; unset it"
-            )
-        self._check_center_and_rot90()
-
-    def _check_center_and_rot90(self) -> None:
-        which = "resized_crop" if self.resized_crop is not None else "crop"
-        size = self.out_size
-        if self.center and size is None:
-            raise ValueError(
-                "augment center applies to crop=(height, width) or resized_crop=(height, "
-                "width), neither of which is set"
-            )
-        if self.center and self.crop_scale is not None:
-            raise ValueError(
-                f"augment center takes the central region, crop_scale={self.crop_scale} draws "
-                f"a random one: choose one"
-            )
-        if self.rot90 and size is not None and size[0] != size[1]:
-            raise ValueError(
-                f"augment rot90 needs a square output, got {which}={size}: a quarter turn "
-                f"swaps height and width; use a square size or rot90=False"
-            )
-
-    def _check_photometric_and_output(self) -> None:
-        put = self._put
-        put("brightness", number, 0.0, below=1.0)
-        put("contrast", number, 0.0, below=1.0)
-        put("noise_std", number, 0.0)
-        put("value_range", optional(pair), number)
-        if self.value_range is not None and not self.value_range[0] < self.value_range[1]:
-            raise ValueError(
-                f"augment value_range={self.value_range} must be (low, high), low < high"
-            )
-        for name in ("brightness_paired", "contrast_paired", "noise_paired", "geometry_paired"):
-            put(name, flag)
-        put("normalize_mean", optional(sequence_of), number)
-        put("normalize_std", optional(sequence_of), number, above=0.0)
-        if (self.normalize_mean is None) != (self.normalize_std is None):
-            raise ValueError("augment normalize_mean and normalize_std go together")
-        put("out_dtype", optional(one_of), ["uint8", "float16", "bfloat16", "float32"])
-        put("channels", one_of, ["auto", "first", "last"])
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -366,7 +286,7 @@ class PairAugment:
             ratio_hi=float(self.crop_ratio[1]),
             trans_y=int(self.translate[0]),
             trans_x=int(self.translate[1]),
-            pad_mode=_PAD_MODES[self.pad_mode],
+            pad_mode=PAD_MODES[self.pad_mode],
             crop=self.out_size is not None,
             resize=self.resizes,
             paired=bool(self.geometry_paired),

@@ -49,6 +49,7 @@ from ..kernels.geometry import GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
 from .checks import PAD_MODES, check_geometry, check_photometric_and_output
+from .dense import DenseField, DenseKind, check_dense
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
 
@@ -98,6 +99,11 @@ class PairAugment:
             where the loader knows it, is refused.
         out_dtype: Output dtype; default float32 when normalizing, else unchanged.
         channels: ``auto``, ``first`` (C,H,W) or ``last`` (H,W,C).
+        dense: Per-pixel fields that follow the geometry, by name: ``{"label": "mask"}``, or
+            a :class:`~ffcv_pairs.augment.dense.DenseField` (``mask``, ``disparity`` or
+            ``flow``, and the ``fill`` of pixels from outside the image); see
+            :mod:`~ffcv_pairs.augment.dense`. Undeclared fields shaped like the images
+            are refused under geometric ops.
     """
 
     hflip: float = 0.0
@@ -124,12 +130,14 @@ class PairAugment:
     normalize_std: tuple[float, ...] | None = None
     out_dtype: OutDtype | None = None
     channels: Literal["auto", "first", "last"] = "auto"
+    dense: dict[str, DenseField | DenseKind] | None = None
     paired_geometry: InitVar[bool | None] = None  # geometry_paired's old name
 
     def __post_init__(self, paired_geometry: bool | None) -> None:
         self._old_names(paired_geometry)
         check_geometry(self)
         check_photometric_and_output(self)
+        object.__setattr__(self, "dense", check_dense(self.dense) or None)
 
     def _old_names(self, paired_geometry: bool | None) -> None:
         """Options as they were once spelled: accepted, with a warning that says the new way."""
@@ -194,6 +202,11 @@ class PairAugment:
             or self.out_size is not None
             or any(self.translate)
         )
+
+    @property
+    def dense_fields(self) -> dict[str, DenseField]:
+        """``dense`` as checked: a :class:`~ffcv_pairs.augment.dense.DenseField` per name."""
+        return check_dense(self.dense)
 
     @property
     def has_photometric(self) -> bool:

@@ -9,8 +9,8 @@ __all__ = ["eval_pipeline", "random_ops"]
 
 def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
     """The deterministic twin of a training ``augment``: its ``crop`` or ``resized_crop``
-    taken from the centre (the same output size), its normalisation and output dtype, and
-    nothing random; None when that leaves nothing to do."""
+    taken from the centre (the same output size), its normalisation, output dtype and dense
+    fields, and nothing random; None when that leaves nothing to do."""
     if augment is None:
         return None
     plain = augment.out_size is not None and not augment.resizes
@@ -25,6 +25,7 @@ def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
         normalize_std=augment.normalize_std,
         out_dtype=augment.out_dtype,
         channels=augment.channels,
+        dense=augment.dense,
     )
     converts = twin.normalize_mean is not None or twin.out_dtype is not None
     return twin if twin.has_geometry or converts else None

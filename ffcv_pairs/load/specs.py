@@ -10,6 +10,7 @@ from ffcv.pipeline.operation import Operation
 from ffcv.transforms import ToTensor
 
 from ..augment.config import PairAugment
+from ..augment.dense import DenseGeometry, dense_shape
 from ..augment.ops import cpu_ops, device_ops
 from ..augment.placement import place_ops
 from ..format.joined import DatasetReader
@@ -45,8 +46,7 @@ def pair_specs(
         jpeg_downscale: See :class:`~ffcv_pairs.load.options.LoaderConfig`.
     """
     schema = reader.schema
-    if augment is not None and augment.has_geometry:
-        _refuse_unmoved_maps(schema, reader.path)
+    moved = _dense_ops(augment, schema, clock, reader.path)
     b_ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
     placement = place_ops(augment, schema, on_cpu=on_cpu)
     decoder: PairDecoder
@@ -76,23 +76,44 @@ def pair_specs(
             value = LabelDecoder() if field.dtype == "int64" else ScalarDecoder(field)
         else:
             value = ArrayFieldDecoder(field, reader.page_shift)
-        specs[name] = PipelineSpec(name, decoder=value, transforms=[ToTensor()])
+        steps = [*moved.get(name, []), ToTensor()]
+        specs[name] = PipelineSpec(name, decoder=value, transforms=steps)
         finishers.append([])
     return specs, finishers
 
 
-def _refuse_unmoved_maps(schema: PairSchema, path: object) -> None:
-    """A label or extra field shaped like the images (their height and width among its
-    last three sizes) would not line up with A and B after a crop, flip or turn: refuse
-    it by name rather than hand back a mask that no longer matches its images."""
+def _dense_ops(
+    augment: PairAugment | None, schema: PairSchema, clock: np.ndarray, path: object
+) -> dict[str, list[Operation]]:
+    """The :class:`~ffcv_pairs.augment.dense.DenseGeometry` of each field declared dense,
+    by name. A field shaped like the images (their height and width among its last three
+    sizes) but not declared would no longer line up with A and B after a crop, flip or
+    turn: it is refused by name rather than handed back unmoved."""
+    dense = augment.dense_fields if augment is not None else {}
+    unknown = sorted(set(dense) - set(schema.values))
+    if unknown:
+        raise ValueError(
+            f"{path}: augment dense names field(s) {unknown} that the file does not have; its "
+            f"label and extra fields are {list(schema.values)}"
+        )
+    if augment is None or not augment.has_geometry:
+        return {}
+    axes = augment.field_axes(schema)[PairSchema.IMAGE_FIELDS[0]]
+    geo = augment.geometry_config(axes)
+    ops: dict[str, list[Operation]] = {}
     sizes = {(schema.a.shape[i], schema.a.shape[i + 1]) for i in range(len(schema.a.shape) - 1)}
     for name, field in schema.values.items():
+        if name in dense:
+            moved = dense_shape(name, field, dense[name], axes, augment.rot90)
+            ops[name] = [DenseGeometry(dense[name], field, moved, geo, clock)]
+            continue
         shape = field.shape
         pairs = {(shape[i], shape[i + 1]) for i in range(max(0, len(shape) - 3), len(shape) - 1)}
         if pairs & sizes:
             raise ValueError(
                 f"{path}: field {name!r} ({field.dtype}{list(shape)}) is shaped like the "
-                f"images, but the augmentation's geometry (crop, flip, turn, translate) does "
-                f"not move it yet, so it would no longer line up with A and B: load it with "
-                f"photometric ops only, or without augmentation"
+                f"images, but the augmentation's geometry (crop, flip, turn, translate) would "
+                f"leave it behind: declare it, e.g. augment dense={{{name!r}: 'mask'}} (or "
+                f"'disparity', 'flow'), so that it follows A, or load it without geometric ops"
             )
+    return ops

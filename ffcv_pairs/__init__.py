@@ -30,6 +30,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     from ._fileio import NotRegularFileError, ShortReadError
     from .augment.config import PairAugment
+    from .augment.dense import DenseField
     from .errors import FfcvPairsError
     from .format.fields import FieldSpec
     from .format.reader import BetonError, PairReader
@@ -56,6 +57,7 @@ _HOMES = {
     "BatchedSource": "write.batched",
     "BetonChangedError": "load.truncation",
     "BetonError": "format.reader",
+    "DenseField": "augment.dense",
     "FfcvPairsError": "errors",
     "FieldSpec": "format.fields",
     "IndexedSource": "write.sources",
@@ -92,6 +94,7 @@ __all__ = [
     "BatchedSource",
     "BetonChangedError",
     "BetonError",
+    "DenseField",
     "FfcvPairsError",
     "FieldSpec",
     "IndexedSource",

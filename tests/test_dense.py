@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
-from ffcv_pairs.augment.dense import DenseField
+from ffcv_pairs import ArraySource, DenseField, PairAugment, make_loader, write_pairs
 
 H = W = 24
 N = 24

@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .augment.config import PairAugment
+from .augment.config import PairAugment, image_axes
 from .augment.evaluation import eval_pipeline
+from .format.schema import ArraySpec
 
 __all__ = ["WarmupReport", "augment_from_config", "warmup"]
 
@@ -98,7 +99,9 @@ def warmup(
     with tempfile.TemporaryDirectory(prefix="ffcv-pairs-warmup-") as folder:
         path = Path(folder) / "warmup.beton"
         a, b = _images(32, shape, dtype)
-        write_pairs(ArraySource(a, b, np.arange(32)), path, workers=1, codec=codec, progress=False)
+        fields = {"label": np.arange(32), **_dense_fields(augment, shape, dtype, 32)}
+        source = ArraySource(a, b, fields.pop("label"), "warmup", **fields)
+        write_pairs(source, path, workers=1, codec=codec, progress=False)
         for aug in pipelines.values():
             for n in threads:
                 loader = make_loader(
@@ -114,6 +117,24 @@ def _pipelines(augment: PairAugment | None) -> dict[str, PairAugment | None]:
     decoding."""
     pipelines = {"augment": augment, "eval": eval_pipeline(augment), "plain": None}
     return {name: aug for name, aug in pipelines.items() if aug is not None or name == "plain"}
+
+
+def _dense_fields(
+    augment: PairAugment | None, shape: tuple[int, ...], dtype: str, n: int
+) -> dict[str, np.ndarray]:
+    """A field for each of ``augment``'s dense fields (the label among them, by name), of
+    the images' height and width: float64 masks (any fill is one of their values), float32
+    disparities and flows."""
+    if augment is None or not augment.dense_fields:
+        return {}
+    axes = image_axes(ArraySpec(shape, dtype), augment.channels)
+    size: tuple[int, ...] = (n, axes.height, axes.width)
+    made: dict[str, tuple[tuple[int, ...], str]] = {
+        "mask": (size, "float64"),
+        "disparity": (size, "float32"),
+    }
+    made["flow"] = ((n, 2, axes.height, axes.width), "float32")
+    return {name: np.zeros(*made[dense.kind]) for name, dense in augment.dense_fields.items()}
 
 
 def _images(n: int, shape: tuple[int, ...], dtype: str) -> tuple[np.ndarray, np.ndarray]:

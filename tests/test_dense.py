@@ -251,3 +251,13 @@ def test_dense_fields_from_the_cli_yaml_reach_validation_too(
     batch = next(iter(loader))
     a = batch.A.numpy().astype(np.int64)
     np.testing.assert_array_equal(batch.label.numpy(), a[:, 0] * W + a[:, 1])
+
+
+def test_warmup_compiles_for_a_pipeline_with_dense_fields() -> None:
+    """warmup's stand-in file carries the dense fields the configuration names, so the
+    configuration loads (and the nearest kernel gets compiled) there."""
+    from ffcv_pairs.warmup import warmup
+
+    augment = PairAugment(hflip=0.5, dense={"label": DenseField("mask", fill=-1), "f": "flow"})
+    report = warmup(augment, shape=(16, 16, 3), threads=(1,))
+    assert report.pipelines == ("augment", "plain")

@@ -261,3 +261,19 @@ def test_warmup_compiles_for_a_pipeline_with_dense_fields() -> None:
     augment = PairAugment(hflip=0.5, dense={"label": DenseField("mask", fill=-1), "f": "flow"})
     report = warmup(augment, shape=(16, 16, 3), threads=(1,))
     assert report.pipelines == ("augment", "plain")
+
+
+def test_a_mask_moves_alike_whatever_the_images_codec(tmp_path: Path) -> None:
+    """The placement is drawn on the stored size, so a mask beside JPEG images (decoded at a
+    reduced size under a resized crop) moves as beside raw ones."""
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 256, (16, 3, 64, 64), dtype=np.uint8)
+    mask = np.repeat(np.arange(64 * 64, dtype=np.int32).reshape(1, 64, 64), 16, axis=0)
+    augment = PairAugment(resized_crop=(16, 16), hflip=0.5, rot90=True, dense={"label": "mask"})
+    masks = []
+    for codec in ("raw", "jpeg"):
+        path = tmp_path / f"{codec}.beton"
+        write_pairs(ArraySource(a, a, mask), path, workers=1, codec=codec, progress=False)
+        masks.append([batch.label.numpy() for batch in _batches(path, augment)])
+    for raw, jpeg in zip(*masks):
+        np.testing.assert_array_equal(raw, jpeg)

@@ -57,23 +57,58 @@ def _source(r, start, length, out_len, limit, resize, mode):  # pragma: no cover
 
 
 @nb.njit(cache=True, nogil=True)
+def _tables(s, geo, place):  # pragma: no cover - JIT
+    """The stored row and column each output row and column reads (-1: the fill), and
+    whether a quarter turn swaps them: output pixel ``(y, x)`` reads ``(rows[y], cols[x])``,
+    or ``(rows[x], cols[y])`` when turned. (:func:`inverse` maps each output coordinate to
+    one region coordinate: a row to a row, or, turned, to a column.)"""
+    turned = place.rot == 1 or place.rot == 3
+    rows = np.empty(s.ow if turned else s.oh, np.int64)
+    cols = np.empty(s.oh if turned else s.ow, np.int64)
+    for k in range(len(rows)):
+        ry = inverse(0, k, s.oh, s.ow, place)[0] if turned else inverse(k, 0, s.oh, s.ow, place)[0]
+        rows[k] = _source(ry, place.y0, place.rh, s.oh, s.height, geo.resize, geo.pad_mode)
+    for k in range(len(cols)):
+        rx = inverse(k, 0, s.oh, s.ow, place)[1] if turned else inverse(0, k, s.oh, s.ow, place)[1]
+        cols[k] = _source(rx, place.x0, place.rw, s.ow, s.width, geo.resize, geo.pad_mode)
+    return rows, cols, turned
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _pixel(src, at, dst, d, p, fill):  # pragma: no cover - JIT
+    """One pixel of ``p`` bytes: ``src[at:]`` to ``dst[d:]``, or the fill where ``at`` < 0."""
+    if at < 0:
+        for b in range(p):
+            dst[d + b] = fill[b]
+    else:
+        for b in range(p):
+            dst[d + b] = src[at + b]
+
+
+@nb.njit(cache=True, nogil=True)
 def _move(src, dst, s, geo, place, fill):  # pragma: no cover - JIT
     p = s.pixel_bytes
-    plane_in, plane_out = s.height * s.width * p, s.oh * s.ow * p
-    for y in range(s.oh):
-        for x in range(s.ow):
-            ry, rx = inverse(y, x, s.oh, s.ow, place)
-            sy = _source(ry, place.y0, place.rh, s.oh, s.height, geo.resize, geo.pad_mode)
-            sx = _source(rx, place.x0, place.rw, s.ow, s.width, geo.resize, geo.pad_mode)
-            d = (y * s.ow + x) * p
-            for k in range(s.planes):
-                if sy < 0 or sx < 0:
-                    for b in range(p):
-                        dst[k * plane_out + d + b] = fill[b]
+    plane_in, plane_out, row_in = s.height * s.width * p, s.oh * s.ow * p, s.width * p
+    rows, cols, turned = _tables(s, geo, place)
+    for k in range(s.planes):
+        for y in range(s.oh):
+            d = k * plane_out + y * s.ow * p
+            if turned:  # the output row is a stored column
+                sx = cols[y]
+                for x in range(s.ow):
+                    sy = rows[x]
+                    at = k * plane_in + sy * row_in + sx * p if sy >= 0 and sx >= 0 else -1
+                    _pixel(src, at, dst, d + x * p, p, fill)
+                continue
+            sy = rows[y]
+            base = k * plane_in + sy * row_in
+            for x in range(s.ow):
+                sx = cols[x]
+                at = base + sx * p if sy >= 0 and sx >= 0 else -1
+                if p == 1 and at >= 0:
+                    dst[d + x] = src[at]
                 else:
-                    at = k * plane_in + (sy * s.width + sx) * p
-                    for b in range(p):
-                        dst[k * plane_out + d + b] = src[at + b]
+                    _pixel(src, at, dst, d + x * p, p, fill)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

@@ -117,4 +117,3 @@ def test_the_helper_catches_a_broken_op(op: PairOp, caught: str) -> None:
         check_pair_op(op, (3, 16, 16), "uint8")
     lines = str(info.value).splitlines()
     assert all(line.startswith(f"check_pair_op({op.name!r})") for line in lines)
-

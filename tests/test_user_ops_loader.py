@@ -115,7 +115,9 @@ def test_reproducible_across_threads_and_a_resume_and_paired(same_pairs: Path) -
             np.testing.assert_array_equal(x, y, err_msg=f"sample {sid}")
     # reads_tag is per image: A and B part; without it the paired ops keep them equal
     assert sum((w[0] != w[1]).any() for w in whole.values()) > N // 2
-    paired = make_loader(same_pairs, batch_size=8, seed=SEED, augment=replace(aug, user_ops=ops[:1]))
+    paired = make_loader(
+        same_pairs, batch_size=8, seed=SEED, augment=replace(aug, user_ops=ops[:1])
+    )
     for out_a, out_b, _ in _epoch(paired).values():
         np.testing.assert_array_equal(out_a, out_b)
 
@@ -209,5 +211,8 @@ def test_a_user_op_from_the_cli_yaml(tmp_path: Path, monkeypatch) -> None:
         f"trainer:\n  logger: false\n  default_root_dir: {tmp_path}\n"
     )
     cli = cli_main(["--config", str(config)], run=False)
-    expected = (PairOp(po.darken, draws=1), PairOp(po.reads_tag, paired=False, draws=1, name="tagged"))
+    expected = (
+        PairOp(po.darken, draws=1),
+        PairOp(po.reads_tag, paired=False, draws=1, name="tagged"),
+    )
     assert cli.datamodule.augment.user_ops == expected

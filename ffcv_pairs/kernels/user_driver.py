@@ -10,7 +10,7 @@ time. The user's function itself compiles in each process unless it is ``cache=T
 own file keys its cache). Nothing here compiles unless a user op is given.
 
 Each sample's random numbers are ``uniform(sample_key(seed, epoch, sample, op, key_tag), k)``
-for ``k < count``: the same whatever the thread, batch, rank or resume.
+for ``k < uniforms``: the same whatever the thread, batch, rank or resume.
 """
 
 from __future__ import annotations
@@ -31,33 +31,33 @@ __all__ = ["UserDraws", "user_op_kernel", "user_op_signature"]
 class UserDraws(NamedTuple):
     """Which random numbers a user op gets: ``op`` (its id, ``OP_USER`` + its position),
     ``key_tag`` (the key's field tag: 0 for A and B when paired, else ``tag``), ``tag`` (the
-    field, handed to the op: 0 for A, 1 for B) and ``count`` (uniforms per sample)."""
+    field, handed to the op: 0 for A, 1 for B) and ``uniforms`` (how many per sample)."""
 
     op: int
     key_tag: int
     tag: int
-    count: int
+    uniforms: int
 
 
 def user_op_batch(fn, images, ids, clock, draws, threads):  # pragma: no cover - JIT
     """``fn(images[i], u, draws.tag)`` for every sample ``i`` of ``images`` (``(batch, planes,
-    height, width, pixel)``), ``u`` its ``draws.count`` uniforms; ``ids``: the samples' ids,
+    height, width, pixel)``), ``u`` its ``draws.uniforms`` uniforms; ``ids``: the samples' ids,
     ``clock``: ``[seed, epoch]``; ``threads``: the caller's numba threads (the batch is cut
     into ``4 * threads`` parts, as the fused kernel's). Compiled by :func:`user_op_kernel`."""
     n = len(ids)
     chunks = max(1, min(n, 4 * threads))
     for c in nb.prange(chunks):
-        u = np.empty(draws.count, np.float64)
+        u = np.empty(draws.uniforms, np.float64)
         for i in range(c * n // chunks, (c + 1) * n // chunks):
             key = sample_key(clock[0], clock[1], ids[i], draws.op, draws.key_tag)
-            for k in range(draws.count):
+            for k in range(draws.uniforms):
                 u[k] = uniform(key, k)
             fn(images[i], u, np.int64(draws.tag))
 
 
 def user_op_signature(dtype: str) -> Any:
     """The numba signature a user op's function must compile to for images of ``dtype``:
-    ``(image: dtype[planes, height, width, pixel], u: float64[count], tag: int64) -> None``."""
+    ``(image: dtype[planes, height, width, pixel], u: float64[uniforms], tag: int64) -> None``."""
     image = types.Array(nb.from_dtype(np.dtype(dtype)), 4, "C")
     return types.void(image, types.Array(types.float64, 1, "C"), types.int64)
 

@@ -12,9 +12,11 @@ import numpy as np
 import pair_ops as po
 import pytest
 import reference as ref
+import torch
 from conftest import make_arrays, write_small_beton
 from ffcv.pipeline.operation import Operation
 from ffcv.pipeline.state import State
+from ffcv.transforms import ToTensor
 
 from ffcv_pairs import ArraySource, PairAugment, PairOp, make_loader, write_pairs
 from ffcv_pairs.kernels.hashing import OP_USER
@@ -185,6 +187,27 @@ def test_field_ops_run_after_ours_and_before_normalisation(tmp_path: Path) -> No
         np.testing.assert_array_equal(out_a, ((a[sid] // 2).astype(np.float32) - 8) / 2)
         np.testing.assert_array_equal(out_b, (b[sid].astype(np.float32) - 8) / 2)
         assert label == 10 * sid
+
+
+def test_upstream_ops_compile_as_upstream_compiles_them() -> None:
+    """In ``jit_mode`` an op's code runs compiled by numba (this package's pipeline compiles
+    nothing itself); out of it, as it is."""
+    from numba.core.dispatcher import Dispatcher
+
+    from ffcv_pairs.load.field_ops import UpstreamOp
+
+    cpu = torch.device("cpu")
+    start = State(jit_mode=True, device=cpu, shape=(2,), dtype=np.dtype("int64"))
+    numeric = UpstreamOp(TimesTen())
+    numeric.declare_state_and_memory(start)
+    code = numeric.generate_code()
+    labels = np.array([1, 2], dtype=np.int64)
+    assert code(labels, None, np.array([1, 2])) is not None and list(labels) == [10, 20]
+    assert isinstance(numeric.compiled, Dispatcher) and code.with_indices
+    torch_op = UpstreamOp(ToTensor())
+    torch_op.declare_state_and_memory(start)
+    torch_op.generate_code()
+    assert torch_op.compiled is None
 
 
 def test_field_ops_are_checked(tmp_path: Path) -> None:

@@ -91,6 +91,8 @@ class UpstreamOp(Operation):
     def __init__(self, op: Operation):
         super().__init__()
         self.op, self.jit = op, False
+        #: The numba dispatcher of the op's code, once generated in ``jit_mode`` (else None).
+        self.compiled: Any = None
 
     def accept_field(self, field: Any) -> None:
         self.op.accept_field(field)
@@ -118,6 +120,7 @@ class UpstreamOp(Operation):
             return code
         parallel = bool(getattr(code, "is_parallel", False)) and Compiler.num_threads > 1
         jitted = nb.njit(fastmath=True, nogil=True, error_model="numpy", parallel=parallel)(code)
+        self.compiled = jitted
 
         def run(*args: Any) -> Any:
             return jitted(*args)

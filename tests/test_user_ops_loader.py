@@ -83,6 +83,37 @@ def test_user_ops_draw_the_keyed_uniforms_after_the_geometry(
             np.testing.assert_array_equal(out, expected, err_msg=f"sample {sid} field {t}")
 
 
+def test_on_a_device_the_user_ops_run_before_its_normalisation(tmp_path: Path) -> None:
+    """With a device stage (a simulated GPU) the user ops run on the host and the device
+    normalises their output: the CPU path's uint8 batch, then ``(x - mean) / std``."""
+    from ffcv_pairs.load.delivery.simulated import SimulatedEngine
+    from ffcv_pairs.load.loader import LoaderConfig, PairLoader
+
+    path, _, _ = write_small_beton(tmp_path, n=32)
+    ops = [PairOp(po.darken, draws=1)]
+    raw = PairAugment(hflip=0.5, user_ops=ops)
+    norm = replace(raw, normalize_mean=(8.0, 8.0, 8.0), normalize_std=(2.0, 2.0, 2.0))
+    options = {"batch_size": 8, "order": "sequential", "seed": SEED}
+    want = _epoch(make_loader(path, augment=raw, **options), 0)
+    engine = SimulatedEngine()
+    loader = PairLoader(path, LoaderConfig(augment=norm, device="cpu", **options), engine)
+    got: dict[int, tuple[np.ndarray, ...]] = {}
+
+    def keep(batch: tuple, ids: np.ndarray) -> None:
+        got.update({int(s): tuple(x[i].numpy().copy() for x in batch) for i, s in enumerate(ids)})
+
+    with engine.stream(engine.default_stream):
+        for batch in loader:
+            ids = loader.last_batch_ids.copy()
+            engine.run(lambda b=batch, ids=ids: keep(b, ids), engine.default_stream)
+    engine.synchronize()
+    assert sorted(got) == sorted(want)
+    for sid, (out_a, out_b, label) in got.items():
+        for out, host in zip((out_a, out_b), want[sid]):
+            np.testing.assert_array_equal(out, (host.astype(np.float32) - 8) / 2)
+        assert label == want[sid][2]
+
+
 @pytest.fixture(scope="module")
 def same_pairs(tmp_path_factory) -> Path:
     """A file whose B is A: a paired op must keep them equal."""

@@ -163,6 +163,9 @@ def test_a_geometric_user_op_is_refused_beside_an_image_shaped_field(tmp_path: P
     shift = PairAugment(user_ops=[PairOp(po.halve, kind="geometric")])
     with pytest.raises(ValueError, match=r"user op 'halve' is geometric, but field 'mask' \(uint8"):
         make_loader(path, batch_size=8, augment=shift)
+    dense = replace(shift, hflip=0.5, dense={"mask": "mask"})  # follows hflip, not the user op
+    with pytest.raises(ValueError, match=r"'mask' \(uint8\[8, 8\]\) is shaped like the images"):
+        make_loader(path, batch_size=8, augment=dense)
     values = PairAugment(user_ops=[PairOp(po.halve)])  # photometric: the mask stays as it is
     out_a, _, _, out_mask = next(iter(make_loader(path, batch_size=8, augment=values,
                                                   order="sequential")))  # fmt: skip

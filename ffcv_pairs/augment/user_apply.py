@@ -112,8 +112,8 @@ def user_field_ops(
     """Image field ``name``'s :class:`UserOps` (none when ``augment`` has no user ops).
 
     Raises:
-        ValueError: a geometric user op on a file with image-shaped label or extra fields
-            (it would move A and B and leave them behind).
+        ValueError: a geometric user op on a file with image-shaped label or extra fields,
+            declared dense or not (it would move A and B and leave them behind).
     """
     if not augment.user_ops:
         return []
@@ -122,8 +122,8 @@ def user_field_ops(
     if shaped:
         raise ValueError(
             f"augment user op {geometric[0]!r} is geometric, but field {shaped[0]} is shaped "
-            f"like the images and would not move with A and B: declare the op photometric if "
-            f"it moves no pixel, or load without user geometry"
+            f"like the images and would not move with A and B (dense fields follow the built-in "
+            f"geometry only): declare the op photometric if it moves no pixel, or drop it"
         )
     axes = augment.field_axes(schema)[name]
     size = augment.out_size if augment.out_size is not None else (axes.height, axes.width)

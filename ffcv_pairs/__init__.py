@@ -13,7 +13,7 @@ imports only those above it (``write`` and ``augment`` do not import each other)
     augment/    PairAugment, its image axes, op placement and FFCV ops
     load/       page index, order, memory managers, decoders, epoch thread, loader
     lightning/  PairDataModule, the example model, LoaderMonitor
-    cli, warmup, train, demo, inspection: the faces on top
+    cli, warmup, train, demo, inspection, testing: the faces on top
 
 Public names are imported on first use, so writing never imports the loader
 and loading never imports Lightning.
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._fileio import NotRegularFileError, ShortReadError
     from .augment.config import PairAugment
     from .augment.dense import DenseField
+    from .augment.user_ops import PairOp
     from .errors import FfcvPairsError
     from .format.fields import FieldSpec
     from .format.reader import BetonError, PairReader
@@ -67,6 +68,7 @@ _HOMES = {
     "MemoryBudgetError": "load.budget",
     "NotRegularFileError": "_fileio",
     "PairAugment": "augment.config",
+    "PairOp": "augment.user_ops",
     "PairDataModule": "lightning.datamodule",
     "PairLoader": "load.loader",
     "PairReader": "format.reader",
@@ -107,6 +109,7 @@ __all__ = [
     "PairBatch",
     "PairDataModule",
     "PairLoader",
+    "PairOp",
     "PairReader",
     "PairSchema",
     "PairSource",

@@ -28,6 +28,10 @@ own units on a file written with ``quantize`` (``[0, 1]``: ``normalize_mean=(0.4
 0.406)``, ``noise_std=0.02``). Where the loader knows the values' range (uint8: 0..255; a
 quantized file: its range) a ``normalize_mean`` outside it is refused, naming both.
 
+**Ops of the user's own** (``user_ops``, :class:`~ffcv_pairs.augment.user_ops.PairOp`) run
+after the built-in ones and before normalisation, drawing from the same keys (see
+``docs/user-ops.md``).
+
 Every random number is a hash of ``(seed, epoch, sample_id, op)``: identical
 for A and B, and the same for every run, thread count, number of ranks and order.
 """
@@ -50,6 +54,7 @@ from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
 from .checks import PAD_MODES, check_geometry, check_photometric_and_output
 from .dense import DenseField, DenseKind, check_dense
+from .user_ops import PairOp, pair_ops
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
 
@@ -104,6 +109,8 @@ class PairAugment:
             ``flow``, and the ``fill`` of pixels from outside the image); see
             :mod:`~ffcv_pairs.augment.dense`. Undeclared fields shaped like the images
             are refused under geometric ops.
+        user_ops: Ops of the user's own (:class:`~ffcv_pairs.augment.user_ops.PairOp`, or
+            mappings of its options), in order, after the built-in ops.
     """
 
     hflip: float = 0.0
@@ -131,6 +138,7 @@ class PairAugment:
     out_dtype: OutDtype | None = None
     channels: Literal["auto", "first", "last"] = "auto"
     dense: dict[str, DenseField | DenseKind] | None = None
+    user_ops: tuple[PairOp, ...] = ()
     paired_geometry: InitVar[bool | None] = None  # geometry_paired's old name
 
     def __post_init__(self, paired_geometry: bool | None) -> None:
@@ -138,6 +146,7 @@ class PairAugment:
         check_geometry(self)
         check_photometric_and_output(self)
         object.__setattr__(self, "dense", check_dense(self.dense) or None)
+        object.__setattr__(self, "user_ops", pair_ops(self.user_ops))
 
     def _old_names(self, paired_geometry: bool | None) -> None:
         """Options as they were once spelled: accepted, with a warning that says the new way."""

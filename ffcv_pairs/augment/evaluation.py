@@ -10,7 +10,8 @@ __all__ = ["eval_pipeline", "random_ops"]
 def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
     """The deterministic twin of a training ``augment``: its ``crop`` or ``resized_crop``
     taken from the centre (the same output size), its normalisation, output dtype and dense
-    fields, and nothing random; None when that leaves nothing to do."""
+    fields, its user ops that draw nothing (fixed transforms, as normalisation is), and
+    nothing random; None when that leaves nothing to do."""
     if augment is None:
         return None
     plain = augment.out_size is not None and not augment.resizes
@@ -26,14 +27,16 @@ def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
         out_dtype=augment.out_dtype,
         channels=augment.channels,
         dense=augment.dense,
+        user_ops=tuple(op for op in augment.user_ops if not op.draws),
     )
     converts = twin.normalize_mean is not None or twin.out_dtype is not None
-    return twin if twin.has_geometry or converts else None
+    return twin if twin.has_geometry or converts or twin.user_ops else None
 
 
 def random_ops(augment: PairAugment) -> list[str]:
     """The options of ``augment`` that draw at random (a crop or resized crop unless
-    ``center``), as ``name=value``; empty for a deterministic pipeline."""
+    ``center``; a user op that draws), as ``name=value``; empty for a deterministic
+    pipeline."""
     drawn: list[tuple[str, object]] = [
         ("hflip", augment.hflip),
         ("vflip", augment.vflip),
@@ -45,4 +48,5 @@ def random_ops(augment: PairAugment) -> list[str]:
     ]
     if not augment.center:
         drawn += [("crop", augment.crop), ("resized_crop", augment.resized_crop)]
+    drawn += [(f"user op {op.name!r} draws", op.draws) for op in augment.user_ops]
     return [f"{name}={value}" for name, value in drawn if value]

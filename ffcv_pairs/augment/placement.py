@@ -5,7 +5,9 @@
   straight from the page cache, then brightness, contrast and noise, then, on the
   CPU path (``device`` is the CPU), normalisation and the output dtype, in the
   loader's threads. With a GPU the decoder stops at uint8 and normalisation runs
-  on the device, so the host moves compact bytes.
+  on the device, so the host moves compact bytes. Ops of the user's own (``user_ops``, or
+  upstream FFCV ops appended to A or B) run after the decoder on the stored dtype: with
+  them the decoder stops at it, and normalisation follows them, as on a GPU.
 * **Other dtypes**: the decoder applies flips, crops and turns; the resized crop
   and the photometric ops follow as CPU ops; normalisation and the dtype are
   torch ops after ``ToTensor`` (on the device when there is one).
@@ -41,9 +43,12 @@ def _converts(augment: PairAugment, stored: str) -> bool:
     return augment.normalize_mean is not None or augment.resolved_out_dtype(stored) != stored
 
 
-def place_ops(augment: PairAugment | None, schema: PairSchema, on_cpu: bool) -> OpPlacement:
+def place_ops(
+    augment: PairAugment | None, schema: PairSchema, on_cpu: bool, ops_after: bool = False
+) -> OpPlacement:
     """The :class:`OpPlacement` of ``augment`` on files of ``schema``; ``on_cpu``: batches stay
-    on the CPU (no device stage)."""
+    on the CPU (no device stage); ``ops_after``: upstream ops follow on A or B, and must see
+    the stored dtype, as ``augment.user_ops`` do."""
     dtypes = {schema.spec(name).dtype for name in schema.IMAGE_FIELDS}
     stored = dtypes.pop() if len(dtypes) == 1 else ""
     if augment is None or stored != "uint8":
@@ -51,7 +56,8 @@ def place_ops(augment: PairAugment | None, schema: PairSchema, on_cpu: bool) -> 
     a, b = (augment.field_axes(schema)[name] for name in schema.IMAGE_FIELDS)
     if a != b:  # the fused kernel shares one output shape between A and B
         return OpPlacement(False, stored, False)
-    cpu_output = on_cpu and _converts(augment, stored)
+    after = ops_after or bool(augment.user_ops)
+    cpu_output = on_cpu and _converts(augment, stored) and not after
     fused = augment.resizes or augment.has_photometric or cpu_output
     output = augment.resolved_out_dtype(stored) if cpu_output else stored
     return OpPlacement(fused, output, cpu_output)

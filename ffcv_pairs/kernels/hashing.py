@@ -18,6 +18,7 @@ __all__ = [
     "OP_CONTRAST",
     "OP_GEOMETRY",
     "OP_NOISE",
+    "OP_USER",
     "below",
     "key3",
     "mix64",
@@ -31,6 +32,9 @@ GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 # Op ids: part of the random key, so ops never share random numbers.
 OP_GEOMETRY, OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE = 1, 2, 3, 4
+#: The ops of the user's own: the k-th of a ``PairAugment``'s ``user_ops`` is ``OP_USER + k``,
+#: above every built-in id.
+OP_USER = 1 << 16
 
 
 @nb.njit(cache=True, nogil=True)

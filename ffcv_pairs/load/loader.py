@@ -22,13 +22,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import torch
+from ffcv.pipeline.operation import Operation
 
 from ..augment.config import PairAugment
 from ..format.joined import dataset_stats
@@ -43,7 +44,7 @@ from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .mixing import EpochSamples, absolute_source, open_streams
 from .node_order import loader_spec
-from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, options_doc
+from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, make_loader_doc
 from .order import OrderKind, PairTraversalOrder, Partition
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .prefetch import prefetch_mode
@@ -127,6 +128,7 @@ class PairLoader:
             stats,
             on_cpu=copy_engine is None,
             jpeg_downscale=cfg.jpeg_downscale,
+            field_ops=cfg.field_ops,
         )
         self.graph, code = build_graph(self.reader, specs)
         slots = cfg.batches_ahead + 3
@@ -370,6 +372,7 @@ def make_loader(
     partition: Partition = "global",
     canonical_nodes: int | None = None,
     epoch_size: int | None = None,
+    field_ops: Mapping[str, Sequence[Operation]] | None = None,
 ) -> PairLoader:
     # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test
     # checks that names, types and defaults agree. The docstring is made from the fields.
@@ -377,23 +380,4 @@ def make_loader(
     return PairLoader(options.pop("path"), LoaderConfig(**options))
 
 
-make_loader.__doc__ = f"""A loader over the pair `.beton` at ``path``.
-
-    Args:
-        path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
-            with fields ``A``, ``B`` (NDArrayField), ``label`` and any extra fields
-            (IntField, FloatField or NDArrayField each); batches are ``(a, b, label,
-            *extras)``); or a dataset
-            manifest (``.json``, see :mod:`~ffcv_pairs.format.shards`) of such files, read
-            as one: sample ``g`` is sample ``g - offset`` of the shard holding it; or a
-            mixture: a list of streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or
-            ``(path, proportion)`` pairs), each epoch's samples drawn from them by their
-            weights (see :mod:`~ffcv_pairs.load.mixing`).
-{options_doc()}
-
-    Raises:
-        BetonError: the file is not a readable pair `.beton`, or fails its checksums; a
-            manifest is unreadable, or a shard differs from its entry (both named).
-        MemoryBudgetError: the loaders of this node would not fit in RAM.
-        TypeError, ValueError: a bad argument, named with the value given.
-    """
+make_loader.__doc__ = make_loader_doc()

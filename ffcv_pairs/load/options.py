@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 import numba
 import numpy.typing as npt
 import torch
+from ffcv.pipeline.operation import Operation
 
 from .._checks import SEED_LIMIT, flag, integer, number, one_of, optional
 from ..augment.config import PairAugment
 from ..augment.units import check_units, dequantizing
 from ..format.schema import PairSchema
+from .field_ops import check_field_ops
 from .order import ORDERS, PARTITIONS, OrderKind, Partition
 
-__all__ = ["DEFAULT_PREFETCH", "DEFAULT_WINDOW_BYTES", "LoaderConfig", "options_doc"]
+__all__ = [
+    "DEFAULT_PREFETCH",
+    "DEFAULT_WINDOW_BYTES",
+    "LoaderConfig",
+    "make_loader_doc",
+    "options_doc",
+]
 
 
 #: The quasi-random window: 32 pages of 8 MiB.
@@ -136,6 +145,15 @@ class LoaderConfig:
         "mixing`.",
         None,
     )
+    field_ops: Mapping[str, Sequence[Operation]] | None = field(
+        default=None,
+        compare=False,
+        metadata={
+            "doc": 'Upstream FFCV ``Operation``\\ s appended per field (``{"A": [MyOp()]}``), '
+            "after this package's CPU ops and before ``ToTensor``. Not paired, and not keyed by "
+            "sample: their draws change with threads and resumes (see ``docs/user-ops.md``)."
+        },
+    )
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -173,6 +191,7 @@ class LoaderConfig:
         put("epoch_size", optional(integer)("epoch_size", self.epoch_size, 1))
         put("partition", one_of("partition", self.partition, PARTITIONS))
         put("canonical_nodes", optional(integer)("canonical_nodes", self.canonical_nodes, 1))
+        put("field_ops", check_field_ops(self.field_ops))
 
     def for_file(self, schema: PairSchema) -> LoaderConfig:
         """These options for a file of ``schema``: on a quantized file with ``dequantize``,
@@ -202,3 +221,27 @@ def options_doc(names: list[str] | None = None, indent: int = 8) -> str:
         wrapped = textwrap.wrap(f"{name}: {docs[name]}", 92 - indent, subsequent_indent="    ")
         lines += [" " * indent + line for line in wrapped]
     return "\n".join(lines)
+
+
+def make_loader_doc() -> str:
+    """:func:`~ffcv_pairs.make_loader`'s docstring, its ``Args`` made from the fields."""
+    return f"""A loader over the pair `.beton` at ``path``.
+
+    Args:
+        path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
+            with fields ``A``, ``B`` (NDArrayField), ``label`` and any extra fields
+            (IntField, FloatField or NDArrayField each); batches are ``(a, b, label,
+            *extras)``); or a dataset
+            manifest (``.json``, see :mod:`~ffcv_pairs.format.shards`) of such files, read
+            as one: sample ``g`` is sample ``g - offset`` of the shard holding it; or a
+            mixture: a list of streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or
+            ``(path, proportion)`` pairs), each epoch's samples drawn from them by their
+            weights (see :mod:`~ffcv_pairs.load.mixing`).
+{options_doc()}
+
+    Raises:
+        BetonError: the file is not a readable pair `.beton`, or fails its checksums; a
+            manifest is unreadable, or a shard differs from its entry (both named).
+        MemoryBudgetError: the loaders of this node would not fit in RAM.
+        TypeError, ValueError: a bad argument, named with the value given.
+    """

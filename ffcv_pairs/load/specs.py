@@ -13,10 +13,12 @@ from ..augment.config import PairAugment
 from ..augment.dense import DenseGeometry, dense_shape
 from ..augment.ops import cpu_ops, device_ops
 from ..augment.placement import place_ops
+from ..augment.user_apply import user_field_ops
 from ..format.joined import DatasetReader
 from ..format.schema import PairSchema
 from .decoders import JpegPairDecoder, LabelDecoder, PairDecoder, TakeField
 from .delivery.stage import Finisher
+from .field_ops import FieldOps, field_ops_of
 from .value_decoders import ArrayFieldDecoder, ScalarDecoder
 
 __all__ = ["pair_specs"]
@@ -35,20 +37,24 @@ def pair_specs(
     stats: tuple[np.ndarray, dict[str, str | None]] | None,
     on_cpu: bool,
     jpeg_downscale: bool = True,
+    field_ops: FieldOps | None = None,
 ) -> tuple[dict[str, PipelineSpec], list[list[Finisher]]]:
-    """A: decoder (both images) -> take A -> ...; B: the same decoder -> take B -> ...;
-    the label and each extra field: its decoder. With ``on_cpu`` the device ops (normalise,
-    cast) end the pipelines; otherwise they are returned, per output, for the device stage.
+    """A: decoder (both images) -> take A -> CPU ops -> user ops -> ``field_ops`` -> ...; B:
+    the same decoder -> take B -> ...; the label and each extra field: its decoder, then its
+    ``field_ops``. With ``on_cpu`` the device ops (normalise, cast) end the pipelines;
+    otherwise they are returned, per output, for the device stage.
 
     Args:
         clock: The loader's ``[seed, epoch]``, read by the augmentation kernels.
         stats: The file's image statistics (:func:`~ffcv_pairs.format.integrity.load_stats`).
-        jpeg_downscale: See :class:`~ffcv_pairs.load.options.LoaderConfig`.
+        jpeg_downscale, field_ops: See :class:`~ffcv_pairs.load.options.LoaderConfig`.
     """
     schema = reader.schema
     moved = _dense_ops(augment, schema, clock, reader.path)
     b_ptrs = reader.image_pointers(PairSchema.IMAGE_FIELDS[1])
-    placement = place_ops(augment, schema, on_cpu=on_cpu)
+    appended = field_ops_of(field_ops, [*PairSchema.IMAGE_FIELDS, *schema.values], reader.path)
+    images_appended = any(appended[name] for name in PairSchema.IMAGE_FIELDS)
+    placement = place_ops(augment, schema, on_cpu=on_cpu, ops_after=images_appended)
     decoder: PairDecoder
     if schema.compressed:
         decoder = JpegPairDecoder(reader, augment, clock, placement, stats, jpeg_downscale)
@@ -62,6 +68,8 @@ def pair_specs(
         ops = [
             TakeField(index, out.out_shape, out.dtype),
             *(cpu_ops(augment, name, schema, clock, placement) if augment else []),
+            *(user_field_ops(augment, name, schema, clock) if augment else []),
+            *appended[name],
             ToTensor(),
             *(after if on_cpu else []),
         ]
@@ -76,7 +84,7 @@ def pair_specs(
             value = LabelDecoder() if field.dtype == "int64" else ScalarDecoder(field)
         else:
             value = ArrayFieldDecoder(field, reader.page_shift)
-        steps = [*moved.get(name, []), ToTensor()]
+        steps = [*moved.get(name, []), *appended[name], ToTensor()]
         specs[name] = PipelineSpec(name, decoder=value, transforms=steps)
         finishers.append([])
     return specs, finishers

@@ -1,0 +1,132 @@
+"""Where a field's ops of the user's own run: :class:`UserOps`, an FFCV ``Operation`` after the
+built-in CPU ops of A or of B and before ``ToTensor``; normalisation and the output dtype
+follow it (:func:`~ffcv_pairs.augment.placement.place_ops` keeps the decoder at the stored
+dtype when there are user ops)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numba as nb
+import numpy as np
+from ffcv.pipeline.operation import Operation
+from ffcv.pipeline.state import State
+
+from ..format.schema import PairSchema
+from ..kernels.user_driver import UserDraws, user_op_kernel
+from .axes import ImageAxes
+from .config import PairAugment
+from .user_ops import PairOp, check_compiles, user_draws
+
+__all__ = ["UserOps", "apply_user_ops", "user_field_ops", "work_dtype"]
+
+
+def work_dtype(stored: str) -> str:
+    """The dtype a user op sees for images stored as ``stored``: numba cannot type float16,
+    so such images reach the op as float32 (and are written back)."""
+    return "float32" if stored == "float16" else stored
+
+
+def apply_user_ops(
+    images: np.ndarray,
+    ids: np.ndarray,
+    clock: np.ndarray,
+    ops: tuple[PairOp, ...],
+    draws: list[UserDraws],
+    axes: tuple[int, int, int, int],
+) -> None:
+    """Run ``ops`` in order, in place, on ``images`` (``(n, ...)``, any layout), sample ``i``
+    being ``ids[i]``, each seen as ``axes`` ``(planes, height, width, pixel)``, with the
+    calling thread's numba threads."""
+    n = len(ids)
+    work = np.dtype(work_dtype(images.dtype.name))
+    direct = images.flags.c_contiguous and images.dtype == work
+    buf = images if direct else np.ascontiguousarray(images, dtype=work)
+    view = buf.reshape(n, *axes)
+    keys = np.array(ids, dtype=np.int64)  # a fresh, writable int64 column, as typed
+    kernel, threads = user_op_kernel(work.name), nb.get_num_threads()
+    for op, d in zip(ops, draws):
+        kernel(op.fn, view, keys, clock, d, threads)
+    if not direct:
+        images[...] = buf
+
+
+class UserOps(Operation):
+    """The ops of the user's own on field ``tag`` (0: A, 1: B), in place: its images are
+    ``axes`` cut to ``size`` (the output ``(height, width)``), stored as ``dtype``.
+
+    Raises:
+        TypeError: an op's function does not compile for these images (see
+            :func:`~ffcv_pairs.augment.user_ops.check_compiles`).
+    """
+
+    def __init__(
+        self,
+        ops: tuple[PairOp, ...],
+        axes: ImageAxes,
+        size: tuple[int, int],
+        dtype: str,
+        clock: np.ndarray,
+        tag: int,
+    ):
+        super().__init__()
+        self.work = work_dtype(dtype)
+        for op in ops:
+            check_compiles(op, self.work)
+        self.ops, self.clock = ops, clock
+        self.draws = [user_draws(k, op, tag) for k, op in enumerate(ops)]
+        self.axes = (axes.planes, size[0], size[1], axes.pixel)
+
+    def declare_state_and_memory(self, previous_state: State):
+        return previous_state, None
+
+    def generate_code(self) -> Callable:
+        ops, draws, clock, axes = self.ops, self.draws, self.clock, self.axes
+        user_op_kernel(self.work)  # compiled, or loaded from the disk cache, when built
+
+        def apply(images, _, indices):
+            n = len(indices)
+            apply_user_ops(images[:n], indices, clock, ops, draws, axes)
+            return images
+
+        apply.with_indices = True  # type: ignore[attr-defined]
+        return apply
+
+
+def _image_shaped(schema: PairSchema) -> list[str]:
+    """The label and extra fields whose last sizes hold the images' ``(height, width)``."""
+    a = schema.spec(schema.IMAGE_FIELDS[0]).shape
+    sizes = {(a[i], a[i + 1]) for i in range(len(a) - 1)}
+    found = []
+    for name, field in schema.values.items():
+        shape = field.shape
+        pairs = {(shape[i], shape[i + 1]) for i in range(max(0, len(shape) - 3), len(shape) - 1)}
+        if pairs & sizes:
+            found.append(f"{name!r} ({field.dtype}{list(shape)})")
+    return found
+
+
+def user_field_ops(
+    augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray
+) -> list[Operation]:
+    """Image field ``name``'s :class:`UserOps` (none when ``augment`` has no user ops).
+
+    Raises:
+        ValueError: a geometric user op on a file with image-shaped label or extra fields,
+            declared dense or not (it would move A and B and leave them behind).
+    """
+    if not augment.user_ops:
+        return []
+    geometric = [op.name for op in augment.user_ops if op.kind == "geometric"]
+    shaped = _image_shaped(schema) if geometric else []
+    if shaped:
+        raise ValueError(
+            f"augment user op {geometric[0]!r} is geometric, but field {shaped[0]} is shaped "
+            f"like the images and would not move with A and B (dense fields follow the built-in "
+            f"geometry only): declare the op photometric if it moves no pixel, or drop it"
+        )
+    axes = augment.field_axes(schema)[name]
+    size = augment.out_size if augment.out_size is not None else (axes.height, axes.width)
+    dtype = schema.spec(name).dtype
+    tag = schema.IMAGE_FIELDS.index(name)
+    return [UserOps(augment.user_ops, axes, size, dtype, clock, tag)]

@@ -33,12 +33,21 @@ from ffcv.pipeline.state import State
 
 from .._checks import number, one_of, shown
 from ..format.fields import FieldSpec
+from ..format.schema import PairSchema
 from ..kernels import SharedCompile
 from ..kernels.geometry import GeometryConfig
 from ..kernels.nearest import NearestShape, nearest_geometry
 from .axes import ImageAxes
 
-__all__ = ["DENSE_KINDS", "DenseField", "DenseGeometry", "DenseKind", "check_dense", "dense_shape"]
+__all__ = [
+    "DENSE_KINDS",
+    "DenseField",
+    "DenseGeometry",
+    "DenseKind",
+    "check_dense",
+    "dense_shape",
+    "image_shaped",
+]
 
 DenseKind = Literal["mask", "disparity", "flow"]
 DENSE_KINDS: tuple[str, ...] = ("mask", "disparity", "flow")
@@ -91,6 +100,20 @@ def check_dense(value: Any) -> dict[str, DenseField]:
             )
         out[name] = spec
     return out
+
+
+def image_shaped(schema: PairSchema) -> list[str]:
+    """The label and extra fields whose last sizes hold A's ``(height, width)``: the ones a
+    geometric op would leave behind unless they are declared dense."""
+    a = schema.a.shape
+    sizes = {(a[i], a[i + 1]) for i in range(len(a) - 1)}
+    found = []
+    for name, field in schema.values.items():
+        shape = field.shape
+        pairs = {(shape[i], shape[i + 1]) for i in range(max(0, len(shape) - 3), len(shape) - 1)}
+        if pairs & sizes:
+            found.append(name)
+    return found
 
 
 def dense_shape(

@@ -16,6 +16,7 @@ from ..format.schema import PairSchema
 from ..kernels.user_driver import UserDraws, user_op_kernel
 from .axes import ImageAxes
 from .config import PairAugment
+from .dense import image_shaped
 from .user_ops import PairOp, check_compiles, user_draws
 
 __all__ = ["UserOps", "apply_user_ops", "user_field_ops", "work_dtype"]
@@ -93,19 +94,6 @@ class UserOps(Operation):
         return apply
 
 
-def _image_shaped(schema: PairSchema) -> list[str]:
-    """The label and extra fields whose last sizes hold the images' ``(height, width)``."""
-    a = schema.spec(schema.IMAGE_FIELDS[0]).shape
-    sizes = {(a[i], a[i + 1]) for i in range(len(a) - 1)}
-    found = []
-    for name, field in schema.values.items():
-        shape = field.shape
-        pairs = {(shape[i], shape[i + 1]) for i in range(max(0, len(shape) - 3), len(shape) - 1)}
-        if pairs & sizes:
-            found.append(f"{name!r} ({field.dtype}{list(shape)})")
-    return found
-
-
 def user_field_ops(
     augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray
 ) -> list[Operation]:
@@ -118,10 +106,12 @@ def user_field_ops(
     if not augment.user_ops:
         return []
     geometric = [op.name for op in augment.user_ops if op.kind == "geometric"]
-    shaped = _image_shaped(schema) if geometric else []
+    shaped = image_shaped(schema) if geometric else []
     if shaped:
+        field = schema.values[shaped[0]]
         raise ValueError(
-            f"augment user op {geometric[0]!r} is geometric, but field {shaped[0]} is shaped "
+            f"augment user op {geometric[0]!r} is geometric, but field {shaped[0]!r} "
+            f"({field.dtype}{list(field.shape)}) is shaped "
             f"like the images and would not move with A and B (dense fields follow the built-in "
             f"geometry only): declare the op photometric if it moves no pixel, or drop it"
         )

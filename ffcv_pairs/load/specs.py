@@ -10,7 +10,7 @@ from ffcv.pipeline.operation import Operation
 from ffcv.transforms import ToTensor
 
 from ..augment.config import PairAugment
-from ..augment.dense import DenseGeometry, dense_shape
+from ..augment.dense import DenseGeometry, dense_shape, image_shaped
 from ..augment.ops import cpu_ops, device_ops
 from ..augment.placement import place_ops
 from ..augment.user_apply import user_field_ops
@@ -109,19 +109,17 @@ def _dense_ops(
     axes = augment.field_axes(schema)[PairSchema.IMAGE_FIELDS[0]]
     geo = augment.geometry_config(axes)
     ops: dict[str, list[Operation]] = {}
-    sizes = {(schema.a.shape[i], schema.a.shape[i + 1]) for i in range(len(schema.a.shape) - 1)}
-    for name, field in schema.values.items():
-        if name in dense:
-            moved = dense_shape(name, field, dense[name], axes, augment.rot90)
-            ops[name] = [DenseGeometry(dense[name], field, moved, geo, clock)]
-            continue
-        shape = field.shape
-        pairs = {(shape[i], shape[i + 1]) for i in range(max(0, len(shape) - 3), len(shape) - 1)}
-        if pairs & sizes:
+    for name in image_shaped(schema):
+        if name not in dense:
+            field = schema.values[name]
             raise ValueError(
-                f"{path}: field {name!r} ({field.dtype}{list(shape)}) is shaped like the "
+                f"{path}: field {name!r} ({field.dtype}{list(field.shape)}) is shaped like the "
                 f"images, but the augmentation's geometry (crop, flip, turn, translate) would "
                 f"leave it behind: declare it, e.g. augment dense={{{name!r}: 'mask'}} (or "
                 f"'disparity', 'flow'), so that it follows A, or load it without geometric ops"
             )
+    for name, spec in dense.items():
+        field = schema.values[name]
+        moved = dense_shape(name, field, spec, axes, augment.rot90)
+        ops[name] = [DenseGeometry(spec, field, moved, geo, clock)]
     return ops

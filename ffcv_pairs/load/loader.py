@@ -85,9 +85,7 @@ class PairLoader:
     ):
         """Args: ``copy_engine`` replaces the GPU's (tests pass the CPU simulation)."""
         self._made_with = (config, copy_engine)  # what a pickle rebuilds it from
-        self.reader, self.streams, mixture = open_streams(
-            path, config.epoch_size, config.indices, config.verify
-        )
+        self.reader, self.streams, mixture = open_streams(path, config)
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
         self._batch_type = batch_type(self.schema)
@@ -325,7 +323,7 @@ class PairLoader:
             "last_batch_ids": self.last_batch_ids,
             "on_resume": self.on_resume,
         }
-        source = absolute_source(self.path, self.streams)
+        source = absolute_source(self.reader, self.streams)
         return (PairLoader, (source, config, copy_engine), carried)
 
     def __setstate__(self, carried: dict[str, Any]) -> None:
@@ -370,6 +368,8 @@ def make_loader(
     partition: Partition = "global",
     canonical_nodes: int | None = None,
     epoch_size: int | None = None,
+    cache_dir: str | None = None,
+    cache_limit: int | str | None = None,
 ) -> PairLoader:
     # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test
     # checks that names, types and defaults agree. The docstring is made from the fields.
@@ -383,12 +383,11 @@ make_loader.__doc__ = f"""A loader over the pair `.beton` at ``path``.
         path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
             with fields ``A``, ``B`` (NDArrayField), ``label`` and any extra fields
             (IntField, FloatField or NDArrayField each); batches are ``(a, b, label,
-            *extras)``); or a dataset
-            manifest (``.json``, see :mod:`~ffcv_pairs.format.shards`) of such files, read
-            as one: sample ``g`` is sample ``g - offset`` of the shard holding it; or a
-            mixture: a list of streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or
-            ``(path, proportion)`` pairs), each epoch's samples drawn from them by their
-            weights (see :mod:`~ffcv_pairs.load.mixing`).
+            *extras)``); or a dataset manifest (``.json``, see :mod:`~ffcv_pairs.format.
+            shards`; or its URL, with ``cache_dir``) of such files, read as one: sample
+            ``g`` is sample ``g - offset`` of the shard holding it; or a mixture: a list of
+            streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or ``(path,
+            proportion)`` pairs), each epoch's samples drawn from them by their weights.
 {options_doc()}
 
     Raises:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
@@ -14,6 +15,7 @@ from .._checks import SEED_LIMIT, flag, integer, number, one_of, optional
 from ..augment.config import PairAugment
 from ..augment.units import check_units, dequantizing
 from ..format.schema import PairSchema
+from .cache_plan import parse_bytes
 from .order import ORDERS, PARTITIONS, OrderKind, Partition
 
 __all__ = ["DEFAULT_PREFETCH", "DEFAULT_WINDOW_BYTES", "LoaderConfig", "options_doc"]
@@ -137,6 +139,19 @@ class LoaderConfig:
         None,
     )
 
+    cache_dir: str | None = option(
+        "With ``path`` a URL (``s3://bucket/train.json``, ``gs://``, ``file://``, any "
+        "protocol fsspec knows): the node-local folder its shards are downloaded to, "
+        "shared by the node's ranks (see ``docs/remote.md``).",
+        None,
+    )
+    cache_limit: int | str | None = option(
+        "Bytes the shards in ``cache_dir`` may take (an integer, or ``'100GB'``, "
+        "``'512MiB'``); the shard used furthest in the future is evicted first. Default: "
+        "no limit.",
+        None,
+    )
+
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
             object.__setattr__(self, name, value)
@@ -173,6 +188,10 @@ class LoaderConfig:
         put("epoch_size", optional(integer)("epoch_size", self.epoch_size, 1))
         put("partition", one_of("partition", self.partition, PARTITIONS))
         put("canonical_nodes", optional(integer)("canonical_nodes", self.canonical_nodes, 1))
+        if self.cache_dir is not None and not isinstance(self.cache_dir, str | os.PathLike):
+            raise TypeError(f"cache_dir must be a folder's path or None, got {self.cache_dir!r}")
+        put("cache_dir", None if self.cache_dir is None else os.fspath(self.cache_dir))
+        put("cache_limit", optional(parse_bytes)("cache_limit", self.cache_limit))
 
     def for_file(self, schema: PairSchema) -> LoaderConfig:
         """These options for a file of ``schema``: on a quantized file with ``dequantize``,

@@ -83,7 +83,7 @@ def read_range(fs: Any, path: str, start: int, end: int) -> bytes:
     """
     try:
         data = fs.cat_file(path, start=start, end=end)
-    except (OSError, ValueError) as e:
+    except Exception as e:  # each store's client raises its own kinds (botocore's too)
         raise StoreError(f"{fs.unstrip_protocol(path)}: reading bytes {start}-{end}: {e}") from e
     if len(data) != end - start:
         raise StoreError(
@@ -123,5 +123,5 @@ def put_new(fs: Any, path: str, data: bytes) -> None:
             fs.pipe_file(path, data)
     except FileExistsError:
         raise FileExistsError(f"{where} already exists; nothing was written over it") from None
-    except OSError as e:
+    except Exception as e:  # each store's client raises its own kinds (botocore's too)
         raise StoreError(f"{where}: writing it: {e}") from e

@@ -157,8 +157,8 @@ class ShardCache:
                 log.warning("%s: download refused: %s; fetching it again", self.url(k), problem)
                 problems.append(problem)
             raise BetonError(
-                f"{self.url(k)}: {ATTEMPTS} downloads did not match the manifest entry "
-                f"({problems[-1]}); the object is corrupt or was replaced"
+                f"{self.url(k)}: {ATTEMPTS} downloads failed or did not match the manifest "
+                f"entry (last: {problems[-1]}); nothing of it was used"
             )
 
     def _download(self, k: int, partial: Path) -> str | None:
@@ -179,8 +179,8 @@ class ShardCache:
                     if size > entry.bytes:
                         break
             os.fsync(fd)
-        except (OSError, ValueError) as e:
-            return f"the download failed ({e})"
+        except Exception as e:  # each store's client raises its own kinds (botocore's too)
+            return f"the download failed ({type(e).__name__}: {e})"
         finally:
             os.close(fd)
         if size != entry.bytes:
@@ -257,7 +257,7 @@ class ShardCache:
     def _remote_intact(self, j: int) -> bool:
         try:
             return int(self.fs.size(self.remote[j])) == self.entries[j].bytes
-        except (OSError, ValueError):
+        except Exception:  # unreachable or gone: kept, as if it had no remote copy
             return False
 
 

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
-from test_remote import KW, batches, shard_bytes, write_dataset  # noqa: E402
+from test_remote import KW, batches, held_bytes, shard_bytes, write_dataset  # noqa: E402
 
 from ffcv_pairs import make_loader  # noqa: E402
 from ffcv_pairs.load import shard_cache  # noqa: E402
@@ -89,7 +89,7 @@ def test_an_s3_manifest_gives_the_local_batches(
     got = batches(s3_dataset, order=order, cache_dir=tmp_path, cache_limit=limit)
     assert got == batches(dataset, order=order)
     data = next(tmp_path.glob("train-*")) / "data"
-    assert 0 < sum(p.stat().st_size for p in data.iterdir()) <= limit
+    assert 0 < held_bytes(data) <= limit
 
 
 def test_a_server_that_stops_mid_epoch_is_one_error_naming_the_shard(

@@ -47,6 +47,7 @@ from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, optio
 from .order import OrderKind, PairTraversalOrder, Partition
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .prefetch import prefetch_mode
+from .residency import check_cache
 from .resume import check_resume, resume_fingerprint
 from .specs import pair_specs
 from .truncation import FileWatch, forget_mappings, watch_mappings
@@ -374,7 +375,7 @@ def make_loader(
     # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test
     # checks that names, types and defaults agree. The docstring is made from the fields.
     options = dict(locals())
-    return PairLoader(options.pop("path"), LoaderConfig(**options))
+    return check_cache(PairLoader(options.pop("path"), LoaderConfig(**options)))
 
 
 make_loader.__doc__ = f"""A loader over the pair `.beton` at ``path``.

@@ -41,7 +41,7 @@ from .cache_plan import Plan, merge_plans, needed_bytes, next_uses, plan_of
 from .joined_mapping import Reserved
 from .remote_dataset import RemoteReader
 
-__all__ = ["AHEAD_STEPS", "ResidentContext", "job_name"]
+__all__ = ["AHEAD_STEPS", "ResidentContext", "check_cache", "job_name"]
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +112,16 @@ class ResidentContext(OSCacheContext):
         os.replace(tmp, mine)
         (self.jobs / f"plan-{self.epochs - 1}-{self.me}.npz").unlink(missing_ok=True)
         self._seen = frozenset()
+        self.check_limit(self.own)
+
+    def check_limit(self, plan: Plan) -> None:
+        """Refuse a ``cache_limit`` below what two consecutive steps of ``plan`` read.
+
+        Raises:
+            ValueError: naming the limit and the bytes needed.
+        """
         limit = self.cache.limit
-        need = needed_bytes(self.own, self.sizes)
+        need = needed_bytes(plan, self.sizes)
         if limit is not None and limit < need:
             raise ValueError(
                 f"{self.reader.url}: cache_limit {limit} bytes is below the {need} bytes that "
@@ -203,3 +211,15 @@ class ResidentContext(OSCacheContext):
                         self._moved.wait(0.5)
         except Exception as e:  # the batch thread fetches for itself, and raises there
             log.warning("%s: fetching ahead stopped: %s", self.reader.url, e)
+
+
+def check_cache(loader: Any) -> Any:
+    """``loader`` (a :class:`~.loader.PairLoader`), after checking, for a remote dataset,
+    that its ``cache_limit`` holds what its next epoch's order needs (see
+    :meth:`ResidentContext.check_limit`): at start-up, not at the first batch."""
+    context = getattr(loader._engine.memory_manager, "context", None)
+    if isinstance(context, ResidentContext):
+        order, size = loader.epoch_order(loader._next_epoch), loader.batch_size
+        batches = [order[i : i + size] for i in range(0, len(order), size)]
+        context.check_limit(plan_of(batches, loader.reader.offsets))
+    return loader

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 from conftest import make_arrays
 
-from ffcv_pairs import ArraySource, BetonError, make_loader, write_pairs
+from ffcv_pairs import ArraySource, BetonError, PairDataModule, make_loader, write_pairs
 from ffcv_pairs.format.merging import merge_parts
 from ffcv_pairs.load import shard_cache
 from ffcv_pairs.load.cache_plan import NEVER
@@ -267,3 +268,30 @@ def test_a_sidecar_that_disagrees_with_the_manifest_is_refused_at_open(
     side.write_text(side.read_text().replace('"root_sha256": "', '"root_sha256": "0'))
     with pytest.raises(BetonError, match=rf"{side}: sidecar of .* but the manifest lists"):
         make_loader(f"file://{remote}", **KW, cache_dir=tmp_path)
+
+
+def test_a_remote_loader_pickles_as_its_url(dataset: Path, tmp_path: Path) -> None:
+    """A pickled copy (a spawned worker's) reads the URL through the cache again: never
+    the skeletons in the cache as if they were the dataset."""
+    loader = make_loader(f"file://{dataset}", **KW, cache_dir=tmp_path, order="sequential")
+    copy = pickle.loads(pickle.dumps(loader))
+    assert copy.reader.url == f"file://{dataset}"
+    got = [tuple(t.numpy().tobytes() for t in batch) for batch in copy]
+    assert got == batches(dataset, 1, order="sequential")
+
+
+def test_the_data_module_reads_a_url(dataset: Path, tmp_path: Path) -> None:
+    limit = f"{2 * shard_bytes(dataset)}B"
+    module = PairDataModule(
+        train_path=f"file://{dataset}",
+        batch_size=16,
+        seed=5,
+        order="sequential",
+        cache_dir=str(tmp_path),
+        cache_limit=limit,
+    )
+    assert module.schema() == make_loader(dataset, batch_size=16).schema
+    loader = module.train_dataloader()
+    assert loader.reader.cache.limit == 2 * shard_bytes(dataset)
+    got = [tuple(t.numpy().tobytes() for t in batch) for batch in loader]
+    assert got == batches(dataset, 1, order="sequential", drop_last=True)

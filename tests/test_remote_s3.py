@@ -1,7 +1,10 @@
-"""Remote datasets against a real S3 API: moto's server on 127.0.0.1 (ranged GETs, the
-endpoint from ``AWS_ENDPOINT_URL`` as a user sets it): a manifest read from ``s3://``
-gives the local dataset's batches byte for byte, under a cache smaller than the dataset;
-a server that stops mid-epoch is one error naming the shard, after correct batches."""
+"""Remote datasets against a real S3 API: moto's server on 127.0.0.1 (ranged GETs and
+conditional PUTs; the endpoint from ``AWS_ENDPOINT_URL`` as a user sets it): a manifest
+read from ``s3://`` gives the local dataset's batches byte for byte, under a cache smaller
+than the dataset; a server that stops mid-epoch is one error naming the shard, after
+correct batches. ``write --to s3://`` uploads the manifest last: a failed upload leaves
+none; an upload appends to a manifest it extends, refuses one it does not, and never
+replaces one that changed meanwhile."""
 
 from __future__ import annotations
 
@@ -17,13 +20,22 @@ import pytest
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
+import shutil  # noqa: E402
+
+from conftest import make_arrays, write_per_sample  # noqa: E402
 from test_remote import KW, batches, held_bytes, shard_bytes, write_dataset  # noqa: E402
 
 from ffcv_pairs import make_loader  # noqa: E402
+from ffcv_pairs.cli import main  # noqa: E402
+from ffcv_pairs.format.merging import merge_parts  # noqa: E402
+from ffcv_pairs.format.objectstore import StoreError  # noqa: E402
+from ffcv_pairs.format.shards import DatasetManifest  # noqa: E402
 from ffcv_pairs.load import shard_cache  # noqa: E402
 from ffcv_pairs.load.pipeline import LoaderError  # noqa: E402
+from ffcv_pairs.write import upload  # noqa: E402
 
 BUCKET = "pairs-test"
+WRITTEN = f"s3://{BUCKET}/written"
 
 
 def _free_port() -> int:
@@ -109,3 +121,74 @@ def test_a_server_that_stops_mid_epoch_is_one_error_naming_the_shard(
             for k, batch in enumerate(it, start=1):
                 assert tuple(t.numpy().tobytes() for t in batch) == want[k]
         loader.close()
+
+
+# -- writing to S3 ------------------------------------------------------------------------
+
+
+def test_write_to_s3_then_load_it(s3_dataset: str, tmp_path: Path) -> None:
+    src = write_per_sample(tmp_path / "pt", "train", *make_arrays(12, seed=3))
+    argv = [str(src), str(tmp_path / "out"), "--split", "train", "--workers", "1"]
+    assert main(["write", *argv, "--page-size", "4096", "--no-progress", "--to", WRITTEN]) == 0
+    got = batches(f"{WRITTEN}/train.json", 1, cache_dir=tmp_path / "c")
+    assert got == batches(tmp_path / "out" / "train.beton", 1)
+
+
+def _fs() -> object:
+    import fsspec
+
+    return fsspec.filesystem("s3")
+
+
+def test_a_failed_upload_leaves_no_manifest(
+    s3_dataset: str, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real, done = upload._upload_shard, []
+
+    def third_fails(*args: object) -> None:
+        if len(done) == 2:
+            raise StoreError("the network went away")
+        done.append(real(*args))
+
+    monkeypatch.setattr(upload, "_upload_shard", third_fails)
+    url = f"s3://{BUCKET}/failed/train.json"
+    with pytest.raises(StoreError, match="went away"):
+        upload.upload_dataset(dataset, url)
+    assert len(done) == 2 and not _fs().exists(url)  # shards up, never the manifest
+
+
+def test_uploads_append_and_never_overwrite_another_dataset(
+    s3_dataset: str, dataset: Path, tmp_path: Path
+) -> None:
+    one = tmp_path / "one.json"
+    shutil.copytree(dataset.parent / "parts", tmp_path / "parts")
+    merge_parts([tmp_path / "parts" / f"s{k}.beton" for k in range(2)], one).save(one)
+    url = f"s3://{BUCKET}/grown/train.json"
+    assert "uploaded 2 shards" in upload.upload_dataset(one, url)
+    assert "uploaded 4 shards" in upload.upload_dataset(dataset, url)  # the rest, appended
+    got = batches(url, 1, order="sequential", cache_dir=tmp_path / "c")
+    assert got == batches(dataset, 1, order="sequential")
+    with pytest.raises(ValueError, match=r"already lists 6 shards that .*one.json does not begin"):
+        upload.upload_dataset(one, url)
+    assert _fs().cat_file(url) == DatasetManifest.load(dataset).to_bytes()
+
+
+def test_a_manifest_changed_during_the_upload_is_not_replaced(
+    s3_dataset: str, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = tmp_path / "one.json"
+    shutil.copytree(dataset.parent / "parts", tmp_path / "parts")
+    merge_parts([tmp_path / "parts" / "s0.beton"], one).save(one)
+    url = f"s3://{BUCKET}/raced/train.json"
+    upload.upload_dataset(one, url)
+    real = upload._upload_shard
+    other = DatasetManifest.load(one).to_bytes().replace(b'"samples"', b' "samples"', 1)
+
+    def racing(*args: object) -> None:
+        real(*args)
+        _fs().pipe_file(url, other)  # another writer replaces the manifest meanwhile
+
+    monkeypatch.setattr(upload, "_upload_shard", racing)
+    with pytest.raises(ValueError, match="was not replaced: it changed"):
+        upload.upload_dataset(dataset, url)
+    assert _fs().cat_file(url) == other

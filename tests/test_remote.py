@@ -8,6 +8,7 @@ for the order refused with its numbers; a download killed by SIGKILL redone on a
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import pickle
@@ -295,3 +296,38 @@ def test_the_data_module_reads_a_url(dataset: Path, tmp_path: Path) -> None:
     assert loader.reader.cache.limit == 2 * shard_bytes(dataset)
     got = [tuple(t.numpy().tobytes() for t in batch) for batch in loader]
     assert got == batches(dataset, 1, order="sequential", drop_last=True)
+
+
+def test_two_jobs_on_one_cache_download_each_shard_once(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real, fetched = shard_cache.ShardCache._download, []
+
+    def counted(cache: shard_cache.ShardCache, k: int, partial: Path) -> str | None:
+        fetched.append(k)
+        return real(cache, k, partial)
+
+    monkeypatch.setattr(shard_cache.ShardCache, "_download", counted)
+    loaders = []
+    for job in ("job-a", "job-b"):
+        monkeypatch.setenv("FFCV_PAIRS_JOB", job)
+        loaders.append(make_loader(f"file://{dataset}", **KW, cache_dir=tmp_path))
+    want = batches(dataset, 1)
+    for got_a, got_b, w in zip(*loaders, want, strict=True):
+        assert tuple(t.numpy().tobytes() for t in got_a) == w
+        assert tuple(t.numpy().tobytes() for t in got_b) == w
+    assert sorted(fetched) == list(range(SHARDS))  # each once, for both jobs
+    jobs = next(tmp_path.glob("train-*")) / "jobs"
+    assert sorted(p.name for p in jobs.iterdir()) == ["job-a", "job-b"]
+
+
+def test_a_full_cache_disk_is_one_error_naming_the_file(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, offset: int, size: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(shard_cache.os, "posix_fallocate", full)
+    loader = make_loader(f"file://{dataset}", **KW, cache_dir=tmp_path, order="sequential")
+    with pytest.raises(LoaderError, match=r"000000\.partial: no room on the cache disk"):
+        next(iter(loader))

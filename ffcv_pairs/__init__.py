@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .augment.config import PairAugment
     from .errors import FfcvPairsError
     from .format.fields import FieldSpec
+    from .format.objectstore import StoreError
     from .format.reader import BetonError, PairReader
     from .format.schema import ArraySpec, PairSchema
     from .format.stats import StatsWarning
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from .load.budget import MemoryBudgetError
     from .load.loader import LoaderConfig, LoaderError, PairLoader, make_loader
     from .load.mixing import Stream
+    from .load.shard_cache import CacheFullError
     from .load.truncation import BetonChangedError
     from .write.batched import BatchedSource
     from .write.persample import PerSampleSource
@@ -56,6 +58,7 @@ _HOMES = {
     "BatchedSource": "write.batched",
     "BetonChangedError": "load.truncation",
     "BetonError": "format.reader",
+    "CacheFullError": "load.shard_cache",
     "FfcvPairsError": "errors",
     "FieldSpec": "format.fields",
     "IndexedSource": "write.sources",
@@ -77,6 +80,7 @@ _HOMES = {
     "SiamesePairClassifier": "lightning.model",
     "SourceError": "write.sources",
     "StatsWarning": "format.stats",
+    "StoreError": "format.objectstore",
     "WriteError": "write.pool",
     "WriteInterrupted": "write.pool",
     "WriteReport": "write.writer",
@@ -92,6 +96,7 @@ __all__ = [
     "BatchedSource",
     "BetonChangedError",
     "BetonError",
+    "CacheFullError",
     "FfcvPairsError",
     "FieldSpec",
     "IndexedSource",
@@ -112,6 +117,7 @@ __all__ = [
     "SiamesePairClassifier",
     "SourceError",
     "StatsWarning",
+    "StoreError",
     "Stream",
     "WriteError",
     "WriteInterrupted",

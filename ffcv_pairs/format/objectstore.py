@@ -14,6 +14,8 @@ import os
 import posixpath
 from typing import Any
 
+from ..errors import FfcvPairsError
+
 __all__ = [
     "REMOTE_EXTRA",
     "StoreError",
@@ -28,7 +30,7 @@ __all__ = [
 REMOTE_EXTRA = "ffcv-pairs[remote]"
 
 
-class StoreError(OSError):
+class StoreError(FfcvPairsError, OSError):
     """An object store refused or failed a request; the message names the URL."""
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import FfcvPairsError
 from ..format.reader import BetonError
 from ..format.shards import ShardEntry
 from .cache_plan import choose_victims
@@ -53,7 +54,7 @@ ATTEMPTS = 3
 ROOM_WAIT_S = 300.0
 
 
-class CacheFullError(ValueError):
+class CacheFullError(FfcvPairsError, ValueError):
     """The cache cannot make room for a shard: everything it holds is mapped by a rank."""
 
 

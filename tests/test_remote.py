@@ -331,3 +331,20 @@ def test_a_full_cache_disk_is_one_error_naming_the_file(
     loader = make_loader(f"file://{dataset}", **KW, cache_dir=tmp_path, order="sequential")
     with pytest.raises(LoaderError, match=r"000000\.partial: no room on the cache disk"):
         next(iter(loader))
+
+
+def test_node_partition_downloads_only_each_nodes_buckets(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two nodes of one rank, each with its own cache_dir: each node's batches are the
+    local dataset's, and it downloads the shards of its own buckets, not the dataset."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    kw = {**KW, "world_size": 2, "partition": "node", "drop_last": True}
+    held = []
+    for rank in range(2):
+        cache = tmp_path / f"node{rank}"
+        got = batches(f"file://{dataset}", rank=rank, cache_dir=cache, **kw)
+        assert got == batches(dataset, rank=rank, **kw)
+        held.append({int(p.stem) for p in next(cache.glob("train-*")).glob("data/*.beton")})
+    assert held[0] | held[1] == set(range(SHARDS))
+    assert len(held[0]) < SHARDS and len(held[1]) < SHARDS

@@ -21,8 +21,11 @@ batches:
   its epoch starts, and each reads the others' (:func:`~.cache_plan.merge_plans`),
   taking its own batch as the node's step (DDP keeps the ranks within a few batches).
 
-Before the epoch's first batch, a ``cache_limit`` below what two consecutive steps of the
-node's plan read (:func:`~.cache_plan.needed_bytes`) is refused, naming both numbers.
+A ``cache_limit`` below what two consecutive batches of this rank's plan read
+(:func:`~.cache_plan.needed_bytes`) is refused, naming both numbers: by ``make_loader``
+for its first epoch (:func:`check_cache`), and when each later epoch starts. (The node's
+ranks together may need more; a fetch that finds no room waits for ranks to unmap shards,
+then fails naming the limit.)
 """
 
 from __future__ import annotations

@@ -145,6 +145,8 @@ class ShardCache:
         with flocked(self.lock(k, "fetch")):
             if self.present(k):
                 return True
+            # A killed fetcher's partial download: not to be counted as room taken.
+            (self.root / "data" / f"{k:06d}.partial").unlink(missing_ok=True)
             problems = []
             for _ in range(ATTEMPTS):
                 partial = self._make_room(k, uses, ahead)

@@ -4,8 +4,9 @@ Opening reads, through fsspec, the manifest, each shard's sidecar, and with two 
 reads per shard the bytes the loader needs before any sample: the header, field table and
 metadata (up to the sidecar's ``data_start``) and the allocation table. These go into a
 **skeleton** of each shard under ``<cache_dir>/<name>-<key>/meta/``: a sparse file of the
-shard's size holding only those bytes, beside its sidecar. The skeletons are opened as a
-local dataset would be (:class:`~ffcv_pairs.format.joined.JoinedReader`: header, tables
+shard's size holding only those bytes, beside its sidecar (the requests of each kind are
+in flight together: the sidecars, then the heads, then the allocation tables). The
+skeletons are opened as a local dataset would be (:class:`~ffcv_pairs.format.joined.JoinedReader`: header, tables
 and their CRCs checked, every entry checked against the manifest), so the loader knows
 every pointer without downloading a data page. The data pages come from the whole shard,
 downloaded into the node's cache when a batch needs it (:mod:`~.shard_cache`) and mapped
@@ -17,10 +18,10 @@ open the dataset together, or a rerun after a crash, find them whole or build th
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,10 @@ from ..format.stats import STATS_SUFFIX
 from .cache_plan import parse_bytes
 from .shard_cache import ShardCache, flocked
 
-__all__ = ["RemoteReader", "open_remote"]
+__all__ = ["CONCURRENT", "RemoteReader", "open_remote"]
+
+#: Requests in flight at once while a dataset's skeletons are built.
+CONCURRENT = 16
 
 
 class RemoteReader(JoinedReader):
@@ -84,15 +88,18 @@ def open_remote(
         if not local.exists():
             _put(local, raw)
         manifest = DatasetManifest.load(local)
-        remote = []
-        for entry in manifest.shards:
-            try:
-                shard = sibling(path, entry.path)
-            except ValueError as e:
-                raise BetonError(f"{url}: {e}") from None
-            remote.append(shard)
-            if not (meta / entry.path).exists():
-                _skeleton(fs, shard, meta / entry.path, entry)
+        try:
+            remote = [sibling(path, entry.path) for entry in manifest.shards]
+        except ValueError as e:
+            raise BetonError(f"{url}: {e}") from None
+        _skeletons(
+            fs,
+            [
+                (shard, meta / entry.path, entry)
+                for shard, entry in zip(remote, manifest.shards)
+                if not (meta / entry.path).exists()
+            ],
+        )
     largest = max(e.bytes for e in manifest.shards)
     if limit is not None and limit < largest:
         raise ValueError(
@@ -122,39 +129,74 @@ def _put(
     os.replace(tmp, path)
 
 
-def _skeleton(fs: Any, shard: str, local: Path, entry: ShardEntry) -> None:
-    """Shard ``shard``'s sidecar (and image statistics) and skeleton, at ``local``."""
-    url = fs.unstrip_protocol(shard)
-    try:
-        side_bytes = bytes(fs.cat_file(f"{shard}.json"))
-    except Exception as e:  # each store's client raises its own kinds
-        raise BetonError(
-            f"{url}.json: cannot read the shard's sidecar ({e}); a remote shard is checked "
-            f"against its sidecar's digest, so it needs one"
-        ) from None
-    _put(Path(f"{local}.json"), side_bytes)
-    side = Manifest.load(Path(f"{local}.json"))
-    if f"{side.digest_kind}:{side.digest}" != entry.digest or side.file_size != entry.bytes:
-        raise BetonError(
-            f"{url}.json: sidecar of {side.file_size} bytes, {side.digest_kind}:"
-            f"{side.digest[:16]}.., but the manifest lists {entry.bytes} bytes, "
-            f"{entry.digest[:28]}..: the shard was replaced or the manifest is stale"
-        )
-    if side.stats is not None:  # without them the loader goes on as for a local file
-        with contextlib.suppress(Exception):  # each store's client raises its own kinds
-            _put(Path(f"{local}{STATS_SUFFIX}"), bytes(fs.cat_file(f"{shard}{STATS_SUFFIX}")))
-    page = int(side.page_size)
-    head_end = min(max(-(-int(side.data_start) // page), 1) * page, entry.bytes)
-    try:
-        head = read_range(fs, shard, 0, head_end)
-        if len(head) < HeaderType.itemsize:
-            raise BetonError(f"{url}: {len(head)} bytes is too small to be a .beton")
-        alloc = int(
-            np.frombuffer(head[: HeaderType.itemsize], dtype=HeaderType)[0]["alloc_table_ptr"]
-        )
-        if not head_end <= alloc <= entry.bytes:
-            raise BetonError(f"{url}: corrupt header: allocation table at byte {alloc}")
-        tail = read_range(fs, shard, alloc, entry.bytes) if alloc < entry.bytes else b""
-    except StoreError as e:
-        raise BetonError(str(e)) from None
-    _put(local, head, entry.bytes, (alloc, tail))
+def _skeletons(fs: Any, todo: list[tuple[str, Path, ShardEntry]]) -> None:
+    """Each shard's sidecar (and image statistics) and skeleton (``(remote, local,
+    entry)``), the requests of each kind in flight together."""
+    if not todo:
+        return
+    shards = [shard for shard, _, _ in todo]
+    sides = _each(fs, [(f"{s}.json", None, None) for s in shards])
+    head_ends, stats = [], []
+    for (shard, local, entry), side_bytes in zip(todo, sides):
+        url = fs.unstrip_protocol(shard)
+        if isinstance(side_bytes, Exception):
+            raise BetonError(
+                f"{url}.json: cannot read the shard's sidecar ({side_bytes}); a remote shard "
+                f"is checked against its sidecar's digest, so it needs one"
+            )
+        _put(Path(f"{local}.json"), side_bytes)
+        side = Manifest.load(Path(f"{local}.json"))
+        if f"{side.digest_kind}:{side.digest}" != entry.digest or side.file_size != entry.bytes:
+            raise BetonError(
+                f"{url}.json: sidecar of {side.file_size} bytes, {side.digest_kind}:"
+                f"{side.digest[:16]}.., but the manifest lists {entry.bytes} bytes, "
+                f"{entry.digest[:28]}..: the shard was replaced or the manifest is stale"
+            )
+        if side.stats is not None:  # without them the loader goes on as for a local file
+            stats.append((f"{shard}{STATS_SUFFIX}", Path(f"{local}{STATS_SUFFIX}")))
+        page = int(side.page_size)
+        head_ends.append(min(max(-(-int(side.data_start) // page), 1) * page, entry.bytes))
+    for (_, local_stats), got in zip(stats, _each(fs, [(s, None, None) for s, _ in stats])):
+        if not isinstance(got, Exception):
+            _put(local_stats, got)
+    heads = _each(fs, [(s, 0, end) for s, end in zip(shards, head_ends)])
+    allocs = [
+        _alloc(fs.unstrip_protocol(s), h, end, e.bytes)
+        for s, h, end, (_, _, e) in zip(shards, heads, head_ends, todo)
+    ]
+    tails = _each(fs, [(s, a, e.bytes) for s, a, (_, _, e) in zip(shards, allocs, todo)])
+    for (shard, local, entry), head, alloc, tail in zip(todo, heads, allocs, tails):
+        if isinstance(tail, Exception):
+            raise BetonError(f"{fs.unstrip_protocol(shard)}: {tail}")
+        _put(local, head, entry.bytes, (alloc, tail))
+
+
+def _alloc(url: str, head: bytes | Exception, head_end: int, size: int) -> int:
+    """Where the allocation table starts, from a shard's first bytes."""
+    if isinstance(head, Exception):
+        raise BetonError(f"{url}: {head}")
+    if len(head) < HeaderType.itemsize:
+        raise BetonError(f"{url}: {len(head)} bytes is too small to be a .beton")
+    alloc = int(np.frombuffer(head[: HeaderType.itemsize], dtype=HeaderType)[0]["alloc_table_ptr"])
+    if not head_end <= alloc <= size:
+        raise BetonError(f"{url}: corrupt header: allocation table at byte {alloc}")
+    return alloc
+
+
+def _each(fs: Any, reads: list[tuple[str, int | None, int | None]]) -> list[Any]:
+    """Each ``(path, start, end)`` read (the whole object where ``start`` is None), up to
+    :data:`CONCURRENT` at once: its bytes, or the error (a :class:`StoreError` naming it)."""
+
+    def one(read: tuple[str, int | None, int | None]) -> bytes | Exception:
+        path, start, end = read
+        try:
+            if start is None or end is None:
+                return bytes(fs.cat_file(path))
+            return read_range(fs, path, start, end) if end > start else b""
+        except StoreError as e:
+            return e
+        except Exception as e:  # each store's client raises its own kinds
+            return StoreError(f"{fs.unstrip_protocol(path)}: {e}")
+
+    with ThreadPoolExecutor(min(CONCURRENT, max(1, len(reads)))) as pool:
+        return list(pool.map(one, reads))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import pickle
 import shutil
@@ -348,3 +349,48 @@ def test_node_partition_downloads_only_each_nodes_buckets(
         held.append({int(p.stem) for p in next(cache.glob("train-*")).glob("data/*.beton")})
     assert held[0] | held[1] == set(range(SHARDS))
     assert len(held[0]) < SHARDS and len(held[1]) < SHARDS
+
+
+_RANK = """
+import hashlib, sys
+from ffcv_pairs import make_loader
+url, rank, cache, limit = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+loader = make_loader(url, batch_size=16, seed=5, drop_last=False, order="sequential",
+                     rank=rank, world_size=2, cache_dir=cache, cache_limit=limit)
+h = hashlib.sha256()
+for epoch in range(2):
+    loader.set_epoch(epoch)
+    for batch in loader:
+        for t in batch:
+            h.update(t.numpy().tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_two_rank_processes_share_one_cache(dataset: Path, tmp_path: Path) -> None:
+    """Two processes, the ranks of one node: one cache_dir, room for three shards; each
+    reads its local batches, and the shards they share are downloaded under one lock."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LOCAL_WORLD_SIZE": "2"}
+    limit = str(3 * shard_bytes(dataset))
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RANK, f"file://{dataset}", str(r), str(tmp_path), limit],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in ranks]
+    for p, (_, err) in zip(ranks, outs):
+        assert p.returncode == 0, err
+    for r, (out, _) in enumerate(outs):
+        loader = make_loader(dataset, **KW, order="sequential", rank=r, world_size=2)
+        h = hashlib.sha256()
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                for t in batch:
+                    h.update(t.numpy().tobytes())
+        assert out.strip() == h.hexdigest()

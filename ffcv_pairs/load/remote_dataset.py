@@ -6,8 +6,9 @@ metadata (up to the sidecar's ``data_start``) and the allocation table. These go
 **skeleton** of each shard under ``<cache_dir>/<name>-<key>/meta/``: a sparse file of the
 shard's size holding only those bytes, beside its sidecar (the requests of each kind are
 in flight together: the sidecars, then the heads, then the allocation tables). The
-skeletons are opened as a local dataset would be (:class:`~ffcv_pairs.format.joined.JoinedReader`: header, tables
-and their CRCs checked, every entry checked against the manifest), so the loader knows
+skeletons are opened as a local dataset would be
+(:class:`~ffcv_pairs.format.joined.JoinedReader`: header, tables and their CRCs checked,
+every entry checked against the manifest), so the loader knows
 every pointer without downloading a data page. The data pages come from the whole shard,
 downloaded into the node's cache when a batch needs it (:mod:`~.shard_cache`) and mapped
 for as long as it does (:mod:`~.residency`); the skeletons are never mapped for reading.

@@ -154,8 +154,10 @@ class ResidentContext(OSCacheContext):
 
     def __enter__(self) -> Any:
         result = super().__enter__()
-        self._stop.clear()
-        self._ahead = threading.Thread(target=self._fetch_ahead, daemon=True, name="ffcv-ahead")
+        self._stop = stop = threading.Event()  # this epoch's: an old thread stays stopped
+        self._ahead = threading.Thread(
+            target=self._fetch_ahead, args=(stop,), daemon=True, name="ffcv-ahead"
+        )
         self._ahead.start()
         return result
 
@@ -187,7 +189,7 @@ class ResidentContext(OSCacheContext):
         with self._moved:
             self._moved.notify_all()
         if self._ahead is not None and self._ahead is not threading.current_thread():
-            self._ahead.join(60)
+            self._ahead.join(1.0)  # one in a long download ends after it, on its own
         for k in list(self.mapped):
             self._unmap(k)
         return super().__exit__(*exc)
@@ -201,16 +203,16 @@ class ResidentContext(OSCacheContext):
             seen.update((k, None) for k in self.own.at(s).tolist() if not self.cache.present(k))
         return list(seen)
 
-    def _fetch_ahead(self) -> None:
+    def _fetch_ahead(self, stop: threading.Event) -> None:
         """Fetch the next steps' shards while there is room for them (see the module)."""
         try:
-            while not self._stop.is_set():
+            while not stop.is_set():
                 step = self.step
                 for k in self._upcoming(step):
-                    if self._stop.is_set() or not self.cache.fetch(k, self._uses(), ahead=True):
+                    if stop.is_set() or not self.cache.fetch(k, self._uses(), ahead=True):
                         break  # no room without pushing out something needed sooner
                 with self._moved:
-                    if self.step == step and not self._stop.is_set():
+                    if self.step == step and not stop.is_set():
                         self._moved.wait(0.5)
         except Exception as e:  # the batch thread fetches for itself, and raises there
             log.warning("%s: fetching ahead stopped: %s", self.reader.url, e)

@@ -9,9 +9,12 @@ replaces one that changed meanwhile."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -192,3 +195,43 @@ def test_a_manifest_changed_during_the_upload_is_not_replaced(
     with pytest.raises(ValueError, match="was not replaced: it changed"):
         upload.upload_dataset(dataset, url)
     assert _fs().cat_file(url) == other
+
+
+@pytest.mark.slow
+def test_two_nodes_under_torchrun_train_from_s3_with_their_own_caches(
+    s3_dataset: str, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``torchrun --nnodes 2`` (one rank each, on this machine) fits with Lightning and
+    PairDataModule from the moto server, partition="node", a cache_dir per node: each rank
+    trains on the batches the local dataset plans for it, and each node's cache holds only
+    its own shards."""
+    script = Path(__file__).parent / "scripts" / "remote_fit.py"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    port = str(_free_port())
+    run = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node"]
+    args = [str(script), str(tmp_path), s3_dataset, str(tmp_path / "cache"), "16"]
+    rendezvous = ["--master-addr", "127.0.0.1", "--master-port", port]
+    nodes = [
+        subprocess.Popen(
+            [*run, "1", "--node-rank", str(node), *rendezvous, *args],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in range(2)
+    ]
+    errors = [p.communicate(timeout=600)[1] for p in nodes]
+    for p, err in zip(nodes, errors):
+        assert p.returncode == 0, err[-4000:]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    held = []
+    for rank in range(2):
+        record = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        kw = {"seed": 5, "window_bytes": 8192, "partition": "node", "world_size": 2}
+        loader = make_loader(dataset, batch_size=16, rank=rank, **kw)
+        assert record["ids"] == [batch[2].tolist() for batch in loader]
+        held.append(set(record["held"]))
+    assert held[0] and held[1] and held[0] != held[1]
+    assert len(held[0]) < 6 and len(held[1]) < 6

@@ -24,7 +24,14 @@ import numpy as np
 import pytest
 from conftest import make_arrays
 
-from ffcv_pairs import ArraySource, BetonError, PairDataModule, make_loader, write_pairs
+from ffcv_pairs import (
+    ArraySource,
+    BetonError,
+    PairAugment,
+    PairDataModule,
+    make_loader,
+    write_pairs,
+)
 from ffcv_pairs.format.merging import merge_parts
 from ffcv_pairs.load import shard_cache
 from ffcv_pairs.load.cache_plan import NEVER
@@ -394,3 +401,14 @@ def test_two_rank_processes_share_one_cache(dataset: Path, tmp_path: Path) -> No
                 for t in batch:
                     h.update(t.numpy().tobytes())
         assert out.strip() == h.hexdigest()
+
+
+def test_augmentation_reads_the_remote_image_statistics(dataset: Path, tmp_path: Path) -> None:
+    """Contrast takes each image's mean from the shard's statistics file, fetched beside
+    its sidecar: the augmented batches are the local dataset's."""
+    augment = PairAugment(hflip=0.5, contrast=0.3, contrast_paired=False, brightness=0.2)
+    url = f"file://{dataset}"
+    got = batches(url, augment=augment, cache_dir=tmp_path)
+    assert got == batches(dataset, augment=augment)
+    meta = next(tmp_path.glob("train-*")) / "meta" / "parts"
+    assert len(list(meta.glob("*.beton.stats"))) == SHARDS

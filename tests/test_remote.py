@@ -116,10 +116,15 @@ def test_a_url_gives_the_local_batches(
 
 
 def test_ranks_share_one_cache(dataset: Path, tmp_path: Path) -> None:
-    """Two ranks of one node, one cache_dir, one shard's room each: each rank's batches are
-    its local ones, and the cache never holds more than its limit."""
-    limit = 3 * shard_bytes(dataset)
-    kw = {"order": "sequential", "world_size": 2, "cache_dir": tmp_path, "cache_limit": limit}
+    """Two ranks of one node, one cache_dir with room for two consecutive batches of both:
+    each rank's batches are its local ones, and the cache never holds more than its limit.
+    Room for one shard less is refused at start-up: the node's ranks read four shards over
+    two batches, though each alone reads two."""
+    one = shard_bytes(dataset)
+    kw = {"order": "sequential", "world_size": 2, "cache_dir": tmp_path}
+    with pytest.raises(ValueError, match=f"cache_limit {3 * one} bytes is below the {4 * one}"):
+        make_loader(f"file://{dataset}", rank=1, **{**KW, **kw}, cache_limit=3 * one)
+    limit = kw["cache_limit"] = 4 * one
     loaders = [make_loader(f"file://{dataset}", rank=r, **{**KW, **kw}) for r in range(2)]
     local = [make_loader(dataset, rank=r, world_size=2, order="sequential", **KW) for r in range(2)]
     data = next(tmp_path.glob("train-*")) / "data"
@@ -375,10 +380,10 @@ print(h.hexdigest())
 
 
 def test_two_rank_processes_share_one_cache(dataset: Path, tmp_path: Path) -> None:
-    """Two processes, the ranks of one node: one cache_dir, room for three shards; each
-    reads its local batches, and the shards they share are downloaded under one lock."""
+    """Two processes, the ranks of one node: one cache_dir, room for four shards (two
+    batches of both); each reads its local batches, each shard downloaded under one lock."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "LOCAL_WORLD_SIZE": "2"}
-    limit = str(3 * shard_bytes(dataset))
+    limit = str(4 * shard_bytes(dataset))
     ranks = [
         subprocess.Popen(
             [sys.executable, "-c", _RANK, f"file://{dataset}", str(r), str(tmp_path), limit],

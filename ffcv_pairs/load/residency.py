@@ -21,11 +21,11 @@ batches:
   its epoch starts, and each reads the others' (:func:`~.cache_plan.merge_plans`),
   taking its own batch as the node's step (DDP keeps the ranks within a few batches).
 
-A ``cache_limit`` below what two consecutive batches of this rank's plan read
-(:func:`~.cache_plan.needed_bytes`) is refused, naming both numbers: by ``make_loader``
-for its first epoch (:func:`check_cache`), and when each later epoch starts. (The node's
-ranks together may need more; a fetch that finds no room waits for ranks to unmap shards,
-then fails naming the limit.)
+A ``cache_limit`` below what two consecutive batches read (:func:`~.cache_plan.needed_bytes`)
+is refused, naming both numbers: by ``make_loader``, over every local rank's plan of the
+first epoch (:func:`check_cache`, the same on every rank), and when each later epoch
+starts, over this rank's. A fetch that finds no room (ranks far out of step) waits for
+ranks to unmap shards, then fails naming the limit.
 """
 
 from __future__ import annotations
@@ -35,14 +35,17 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from ffcv.memory_managers.os_cache import OSCacheContext
 
 from .cache_plan import Plan, merge_plans, needed_bytes, next_uses, plan_of
+from .elastic import resumed_order
 from .joined_mapping import Reserved
 from .remote_dataset import RemoteReader
+from .world import local_ranks
 
 __all__ = ["AHEAD_STEPS", "ResidentContext", "check_cache", "job_name"]
 
@@ -220,11 +223,25 @@ class ResidentContext(OSCacheContext):
 
 def check_cache(loader: Any) -> Any:
     """``loader`` (a :class:`~.loader.PairLoader`), after checking, for a remote dataset,
-    that its ``cache_limit`` holds what its next epoch's order needs (see
-    :meth:`ResidentContext.check_limit`): at start-up, not at the first batch."""
+    that its ``cache_limit`` holds what two consecutive batches of its next epoch read on
+    all the ranks of its node (their orders are pure functions, computed here): at
+    start-up, the same on every rank.
+
+    Raises:
+        ValueError: naming the limit and the bytes needed (see
+            :meth:`ResidentContext.check_limit`).
+    """
     context = getattr(loader._engine.memory_manager, "context", None)
-    if isinstance(context, ResidentContext):
-        order, size = loader.epoch_order(loader._next_epoch), loader.batch_size
+    if not isinstance(context, ResidentContext):
+        return loader
+    epoch, size, samples = loader._next_epoch, loader.batch_size, loader.samples
+    local = local_ranks(loader.world_size)
+    first = loader.rank - loader.rank % local
+    plans = []
+    for rank in range(first, min(first + local, loader.world_size)):
+        spec = replace(loader.spec, rank=rank)
+        order = samples.ids(epoch, resumed_order(samples.index(epoch), spec, epoch))
         batches = [order[i : i + size] for i in range(0, len(order), size)]
-        context.check_limit(plan_of(batches, loader.reader.offsets))
+        plans.append(plan_of(batches, loader.reader.offsets))
+    context.check_limit(merge_plans(plans))
     return loader

@@ -156,3 +156,21 @@ def test_bad_sizes_are_refused_by_name(bad: object) -> None:
     with pytest.raises((ValueError, TypeError), match="cache_limit") as e:
         parse_bytes("cache_limit", bad)  # type: ignore[arg-type]
     assert "\n" not in str(e.value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.lists(st.integers(0, 39), max_size=6), max_size=6), min_size=1, max_size=3)
+)
+def test_plans_and_their_merge_follow_the_definition(ranks: list[list[list[int]]]) -> None:
+    offsets = np.array([0, 7, 8, 20, 40])  # shards of 7, 1, 12 and 20 samples
+    plans = [plan_of([np.asarray(b, dtype=np.int64) for b in rank], offsets) for rank in ranks]
+    for rank, plan in zip(ranks, plans):
+        want = [sorted({int(np.searchsorted(offsets, i, "right")) - 1 for i in b}) for b in rank]
+        assert [plan.at(s).tolist() for s in range(plan.steps)] == want
+    merged = merge_plans(plans)
+    steps = max(len(rank) for rank in ranks)
+    assert merged.steps == steps
+    for s in range(steps):
+        union = set().union(*(p.at(s).tolist() for p in plans if s < p.steps))
+        assert merged.at(s).tolist() == sorted(union)

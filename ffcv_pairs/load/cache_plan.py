@@ -76,31 +76,43 @@ def parse_bytes(name: str, value: int | str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+def _from_pairs(steps: np.ndarray, shards: np.ndarray, num_steps: int) -> Plan:
+    """The plan holding each ``(steps[i], shards[i])`` once, steps ``[0, num_steps)``."""
+    if len(shards) == 0:
+        return Plan(np.zeros(num_steps + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    width = int(shards.max()) + 1
+    keys = np.unique(steps.astype(np.int64) * width + shards)
+    step_of, flat = np.divmod(keys, width)
+    ptr = np.searchsorted(step_of, np.arange(num_steps + 1), side="left")
+    return Plan(ptr.astype(np.int64), flat.astype(np.int64))
+
+
 def plan_of(batches: Sequence[np.ndarray], offsets: np.ndarray) -> Plan:
     """The plan of one rank: each batch's sample ids mapped to the shards holding them
     (shard ``k`` holds ids ``[offsets[k], offsets[k + 1])``)."""
-    ptr = [0]
-    parts = []
-    for ids in batches:
-        shards = np.unique(np.searchsorted(offsets, np.asarray(ids), side="right") - 1)
-        parts.append(shards.astype(np.int64))
-        ptr.append(ptr[-1] + len(shards))
-    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return Plan(np.asarray(ptr, dtype=np.int64), flat)
+    if not batches:
+        return _from_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    ids = np.concatenate([np.asarray(b, dtype=np.int64) for b in batches])
+    steps = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+    shards = np.searchsorted(offsets, ids, side="right") - 1
+    return _from_pairs(steps, shards.astype(np.int64), len(batches))
+
+
+def _pairs(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """Each use of ``plan`` as ``(step, shard)`` arrays."""
+    return np.repeat(np.arange(plan.steps, dtype=np.int64), np.diff(plan.ptr)), plan.shards
 
 
 def merge_plans(plans: Iterable[Plan]) -> Plan:
     """One node's plan from its ranks': step ``s`` reads what any rank's step ``s`` reads."""
     plans = list(plans)
     steps = max((p.steps for p in plans), default=0)
-    ptr, parts = [0], []
-    for s in range(steps):
-        here = [p.at(s) for p in plans if s < p.steps]
-        shards = np.unique(np.concatenate(here)) if here else np.zeros(0, dtype=np.int64)
-        parts.append(shards)
-        ptr.append(ptr[-1] + len(shards))
-    flat = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
-    return Plan(np.asarray(ptr, dtype=np.int64), flat)
+    pairs = [_pairs(p) for p in plans]
+    if not pairs:
+        return _from_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    return _from_pairs(
+        np.concatenate([a for a, _ in pairs]), np.concatenate([b for _, b in pairs]), steps
+    )
 
 
 def next_uses(plan: Plan, now: int, num_shards: int) -> np.ndarray:
@@ -142,9 +154,16 @@ def choose_victims(
 def needed_bytes(plan: Plan, sizes: Sequence[int] | np.ndarray) -> int:
     """The bytes of the shards of the two consecutive steps that read the most (one step
     for a plan of one): what a cache must hold to read one step while it fetches the next."""
+    if plan.steps == 0 or len(plan.shards) == 0:
+        return 0
     sizes = np.asarray(sizes, dtype=np.int64)
-    most = 0
-    for s in range(plan.steps):
-        both = plan.shards[plan.ptr[s] : plan.ptr[min(s + 2, plan.steps)]]
-        most = max(most, int(sizes[np.unique(both)].sum()))
-    return most
+    window, held = _pairs(_from_pairs(*_window_pairs(*_pairs(plan)), plan.steps))
+    totals = np.zeros(plan.steps, dtype=np.int64)  # integers: sizes beyond 2**53 stay exact
+    np.add.at(totals, window, sizes[held])
+    return int(totals.max())
+
+
+def _window_pairs(steps: np.ndarray, shards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(window, shard)`` for every use: window ``s`` and, from step 1 on, ``s - 1``."""
+    later = steps >= 1
+    return np.concatenate([steps, steps[later] - 1]), np.concatenate([shards, shards[later]])

@@ -113,6 +113,7 @@ def test_a_url_gives_the_local_batches(
     held = held_bytes(data)
     assert 0 < held <= limit
     assert not list(data.glob("*.partial"))
+    assert not list(data.parent.glob("jobs/*/plan-*"))  # each epoch's plan goes with it
 
 
 def test_ranks_share_one_cache(dataset: Path, tmp_path: Path) -> None:

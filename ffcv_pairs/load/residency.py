@@ -116,7 +116,6 @@ class ResidentContext(OSCacheContext):
         with open(tmp, "wb") as f:
             np.savez(f, ptr=self.own.ptr, shards=self.own.shards)
         os.replace(tmp, mine)
-        (self.jobs / f"plan-{self.epochs - 1}-{self.me}.npz").unlink(missing_ok=True)
         self._seen = frozenset()
         self.check_limit(self.own)
 
@@ -195,6 +194,8 @@ class ResidentContext(OSCacheContext):
             self._ahead.join(1.0)  # one in a long download ends after it, on its own
         for k in list(self.mapped):
             self._unmap(k)
+        # The epoch is over (or abandoned) here: its plan no longer weighs on evictions.
+        (self.jobs / f"plan-{self.epochs}-{self.me}.npz").unlink(missing_ok=True)
         return super().__exit__(*exc)
 
     # -- ahead ----------------------------------------------------------------------------

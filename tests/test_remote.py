@@ -418,3 +418,18 @@ def test_augmentation_reads_the_remote_image_statistics(dataset: Path, tmp_path:
     assert got == batches(dataset, augment=augment)
     meta = next(tmp_path.glob("train-*")) / "meta" / "parts"
     assert len(list(meta.glob("*.beton.stats"))) == SHARDS
+
+
+def test_any_fsspec_url_serves(dataset: Path, tmp_path: Path) -> None:
+    """fsspec's in-memory store, as a third protocol besides file:// and s3://."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for path in dataset.parent.rglob("*"):
+        if path.is_file():
+            fs.pipe_file(f"/pairs/{path.relative_to(dataset.parent)}", path.read_bytes())
+    try:
+        got = batches("memory://pairs/train.json", 1, order="random", cache_dir=tmp_path)
+        assert got == batches(dataset, 1, order="random")
+    finally:
+        fs.rm("/pairs", recursive=True)

@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 	@# skips too (torch/testing/_internal/py312_intrinsics.py is Python 3.12 syntax).
 	$(PY) -m pip install -q --no-compile $(TORCH)
 	@$(PY) -m compileall -qq -j 0 $(VENV)/lib/python*/site-packages/torch > /dev/null 2>&1 & compile=$$!; \
-	  $(PY) -m pip install -q --no-compile -e '.[dev,demo,bench]'; pip=$$?; \
+	  $(PY) -m pip install -q --no-compile -e '.[dev,demo,bench,remote]'; pip=$$?; \
 	  wait $$compile; $(PY) -m compileall -qq -j 0 $(VENV)/lib > /dev/null 2>&1; exit $$pip
 	@touch $@
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .augment.user_ops import PairOp
     from .errors import FfcvPairsError
     from .format.fields import FieldSpec
+    from .format.objectstore import StoreError
     from .format.reader import BetonError, PairReader
     from .format.schema import ArraySpec, PairSchema
     from .format.stats import StatsWarning
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from .load.budget import MemoryBudgetError
     from .load.loader import LoaderConfig, LoaderError, PairLoader, make_loader
     from .load.mixing import Stream
+    from .load.shard_cache import CacheFullError
     from .load.truncation import BetonChangedError
     from .write.batched import BatchedSource
     from .write.persample import PerSampleSource
@@ -58,6 +60,7 @@ _HOMES = {
     "BatchedSource": "write.batched",
     "BetonChangedError": "load.truncation",
     "BetonError": "format.reader",
+    "CacheFullError": "load.shard_cache",
     "DenseField": "augment.dense",
     "FfcvPairsError": "errors",
     "FieldSpec": "format.fields",
@@ -81,6 +84,7 @@ _HOMES = {
     "SiamesePairClassifier": "lightning.model",
     "SourceError": "write.sources",
     "StatsWarning": "format.stats",
+    "StoreError": "format.objectstore",
     "WriteError": "write.pool",
     "WriteInterrupted": "write.pool",
     "WriteReport": "write.writer",
@@ -96,6 +100,7 @@ __all__ = [
     "BatchedSource",
     "BetonChangedError",
     "BetonError",
+    "CacheFullError",
     "DenseField",
     "FfcvPairsError",
     "FieldSpec",
@@ -118,6 +123,7 @@ __all__ = [
     "SiamesePairClassifier",
     "SourceError",
     "StatsWarning",
+    "StoreError",
     "Stream",
     "WriteError",
     "WriteInterrupted",

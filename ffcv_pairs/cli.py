@@ -15,6 +15,7 @@ same)::
     python -m ffcv_pairs verify out/train.beton --against data/pt --samples 100
     ffcv-pairs merge out/train.part-*.beton -o out/train.json  # after write --part K/N
     ffcv-pairs write data/new out --split train --append-to out/train.json
+    ffcv-pairs write data/pt out --split train --to s3://bucket/pairs  # s3://bucket/pairs/train.json
 
 User errors print one line, ``error: <file>: <what is wrong>``, on stderr and
 exit with status 2; there is no traceback. So does a writer whose worker died;
@@ -162,10 +163,11 @@ def _add_write_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--part", default=None, metavar="K/N", help="write part K of N (from 0)")
     p.add_argument("--append-to", default=None, metavar="M.json", help="add to this dataset")
+    p.add_argument("--to", default=None, metavar="URL", help="then upload, manifest last")
 
 
 def _write(args: argparse.Namespace) -> int:
-    from .dataset_commands import append_shard, shard_path
+    from .dataset_commands import after_write, shard_path
     from .write.flags import merge_write_config
     from .write.source_kinds import open_sources
     from .write.writer import write_pairs
@@ -191,8 +193,8 @@ def _write(args: argparse.Namespace) -> int:
                 part=args.part,
             )
         print(report.summary())
-        if args.append_to is not None:
-            print(append_shard(args.append_to, out))
+        for line in after_write(args, out):  # --append-to, --to
+            print(line)
     return 0
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # imported where used: `ffcv-pairs warmup` needs none of them
 
 __all__ = [
     "add_merge_args",
+    "after_write",
     "append_shard",
     "inspect_dataset",
     "is_dataset_manifest",
@@ -155,6 +156,21 @@ def append_shard(manifest: Path, beton: Path) -> str:
         f"appended {beton} to {manifest}: {_shards(len(dataset.shards))}, "
         f"{dataset.num_samples} samples"
     )
+
+
+def after_write(args: argparse.Namespace, out: Path) -> list[str]:
+    """What follows writing a split's file ``out``: appending it to ``--append-to``, then
+    uploading to ``--to`` (the whole dataset when appending, else the file as a dataset
+    of one shard; see :mod:`~ffcv_pairs.write.upload`). One line of each, said."""
+    said = []
+    if args.append_to is not None:
+        said.append(append_shard(args.append_to, out))
+    if getattr(args, "to", None) is not None:
+        from .write.upload import remote_manifest_url, upload_dataset
+
+        done = args.append_to or out
+        said.append(upload_dataset(done, remote_manifest_url(args.to, done)))
+    return said
 
 
 def add_merge_args(p: argparse.ArgumentParser) -> None:

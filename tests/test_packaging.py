@@ -38,7 +38,7 @@ def test_environment_yml_pins_match_pyproject() -> None:
         assert specs[conda_name] == version, (
             f"{name}: pyproject.toml says {version!r}, environment.yml says {specs[conda_name]!r}"
         )
-    assert "-e .[dev,demo,bench]" in env["dependencies"][-1]["pip"]
+    assert "-e .[dev,demo,bench,remote]" in env["dependencies"][-1]["pip"]
 
 
 def _readme_commands() -> list[str]:

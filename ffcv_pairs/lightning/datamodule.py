@@ -34,6 +34,7 @@ from .._checks import integer, optional, shown
 from ..augment.config import PairAugment, image_axes
 from ..augment.evaluation import eval_pipeline, random_ops
 from ..format.joined import open_dataset
+from ..format.objectstore import is_url
 from ..format.schema import PairSchema
 from ..load.loader import (
     DEFAULT_PREFETCH,
@@ -45,6 +46,7 @@ from ..load.loader import (
 from ..load.mixing import Stream, as_streams
 from ..load.options import MAX_BATCH, options_doc
 from ..load.order import OrderKind, Partition
+from ..load.remote_dataset import open_remote
 from ..load.world import default_num_threads
 
 __all__ = ["PairDataModule"]
@@ -54,7 +56,8 @@ class PairDataModule(L.LightningDataModule):
     """Pair `.beton` files for ``fit``/``validate``/``test``.
 
     Args:
-        train_path: Training `.beton`, or dataset manifest of shards (``.json``).
+        train_path: Training `.beton`, or dataset manifest of shards (``.json``), or its
+            URL (``s3://bucket/train.json``, with ``cache_dir``).
         train_streams: Instead of ``train_path``, a mixture of datasets for training: a list
             of :class:`~ffcv_pairs.load.mixing.Stream` (in YAML, ``{path, proportion}`` or
             ``{path, repeat}`` or ``{path, choose}`` each), drawn from by weight every epoch.
@@ -91,6 +94,8 @@ class PairDataModule(L.LightningDataModule):
         "max_ram_gb",
         "partition",
         "canonical_nodes",
+        "cache_dir",
+        "cache_limit",
     ]
 
     def __init__(
@@ -118,6 +123,8 @@ class PairDataModule(L.LightningDataModule):
         max_ram_gb: float | None = None,
         partition: Partition = "global",
         canonical_nodes: int | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | str | None = None,
         device: str | None = None,
     ):
         super().__init__()
@@ -208,6 +215,9 @@ class PairDataModule(L.LightningDataModule):
     def schema(self) -> PairSchema:
         """The schema of the training (or first given) file."""
         path = next(p for p in self.paths.values() if p is not None)
+        if is_url(path):
+            options = self.loader_options
+            return open_remote(str(path), options["cache_dir"], options["cache_limit"]).schema
         return open_dataset(path).schema
 
     def input_channels(self) -> int:
@@ -232,7 +242,7 @@ class PairDataModule(L.LightningDataModule):
             if streams is None
             else [(f"data.train_streams[{i}].path", s.path) for i, s in enumerate(streams)]
         ):
-            if not os.path.exists(given):
+            if not is_url(given) and not os.path.exists(given):
                 raise ValueError(f"{where}: {given} does not exist")
         rank, world, local = self._world()
         threads = self.num_threads or default_num_threads(local)

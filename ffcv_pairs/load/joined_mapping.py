@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["map_joined"]
+__all__ = ["Reserved", "map_joined"]
 
 _PROT_NONE = 0
 _MAP_FIXED = 0x10
@@ -82,3 +82,47 @@ def map_joined(paths: Sequence[Path], bases: Sequence[int], total: int) -> np.nd
     array = np.frombuffer(memoryview(holder), dtype=np.uint8)
     array.setflags(write=False)
     return array
+
+
+class Reserved:
+    """A range of ``total`` bytes reserved ``PROT_NONE``, into which files are mapped
+    one at a time (:meth:`map_file`) and later made inaccessible again (:meth:`release`):
+    a remote dataset's shards, mapped while they are in the node's cache.
+
+    ``array`` is the read-only uint8 view of the whole range; reading a part that holds
+    no file faults (SIGSEGV), so a reader waits for a shard to be mapped first. The range
+    is unmapped when the last array viewing it is gone.
+    """
+
+    def __init__(self, total: int):
+        self._libc = _libc()
+        self.span = -(-max(total, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+        self.start = _check(
+            self._libc.mmap(None, self.span, _PROT_NONE, flags, -1, 0), "reserving the range"
+        )
+        holder = (ctypes.c_uint8 * total).from_address(self.start)
+        weakref.finalize(holder, self._libc.munmap, self.start, self.span)
+        self.array = np.frombuffer(memoryview(holder), dtype=np.uint8)
+        self.array.setflags(write=False)
+
+    def map_file(self, path: Path, base: int, size: int) -> None:
+        """Map ``size`` bytes of ``path`` read-only at byte ``base`` of the range.
+
+        Raises:
+            OSError: naming the file.
+        """
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            flags = mmap.MAP_SHARED | _MAP_FIXED
+            at = self._libc.mmap(self.start + base, size, mmap.PROT_READ, flags, fd, 0)
+            _check(at, f"{path}: mapping it")
+        finally:
+            os.close(fd)
+
+    def release(self, base: int, size: int) -> None:
+        """Make ``[base, base + size)`` inaccessible again (the file's pages are no longer
+        mapped here, so its file may be deleted)."""
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE | _MAP_FIXED
+        length = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        _check(self._libc.mmap(self.start + base, length, _PROT_NONE, flags, -1, 0), "releasing")

@@ -48,6 +48,7 @@ from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, make_
 from .order import OrderKind, PairTraversalOrder, Partition
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .prefetch import prefetch_mode
+from .residency import check_cache
 from .resume import check_resume, resume_fingerprint
 from .specs import pair_specs
 from .truncation import FileWatch, forget_mappings, watch_mappings
@@ -86,9 +87,7 @@ class PairLoader:
     ):
         """Args: ``copy_engine`` replaces the GPU's (tests pass the CPU simulation)."""
         self._made_with = (config, copy_engine)  # what a pickle rebuilds it from
-        self.reader, self.streams, mixture = open_streams(
-            path, config.epoch_size, config.indices, config.verify
-        )
+        self.reader, self.streams, mixture = open_streams(path, config)
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
         self._batch_type = batch_type(self.schema)
@@ -327,7 +326,7 @@ class PairLoader:
             "last_batch_ids": self.last_batch_ids,
             "on_resume": self.on_resume,
         }
-        source = absolute_source(self.path, self.streams)
+        source = absolute_source(self.reader, self.streams)
         return (PairLoader, (source, config, copy_engine), carried)
 
     def __setstate__(self, carried: dict[str, Any]) -> None:
@@ -373,11 +372,13 @@ def make_loader(
     canonical_nodes: int | None = None,
     epoch_size: int | None = None,
     field_ops: Mapping[str, Sequence[Operation]] | None = None,
+    cache_dir: str | None = None,
+    cache_limit: int | str | None = None,
 ) -> PairLoader:
     # The signature repeats LoaderConfig's fields for editors and LightningCLI; a test
     # checks that names, types and defaults agree. The docstring is made from the fields.
     options = dict(locals())
-    return PairLoader(options.pop("path"), LoaderConfig(**options))
+    return check_cache(PairLoader(options.pop("path"), LoaderConfig(**options)))
 
 
 make_loader.__doc__ = make_loader_doc()

@@ -2,7 +2,8 @@
 
 * :class:`PairOSCacheManager` is upstream's ``OSCacheManager`` without that
   ``__init__``: with fixed-size fields the decoders read through the metadata
-  pointers, so only the file mapping is needed.
+  pointers, so only the file mapping is needed. A remote dataset's shards are
+  mapped batch by batch (:class:`~.residency.ResidentContext`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from ffcv.memory_managers.os_cache import OSCacheContext
 from ..format.joined import DatasetReader, JoinedReader
 from ..format.schema import PairSchema
 from .joined_mapping import map_joined
+from .remote_dataset import RemoteReader
+from .residency import ResidentContext
 
 __all__ = ["PairOSCacheManager", "PairProcessCacheManager", "SamplePages"]
 
@@ -47,8 +50,15 @@ class PairOSCacheManager(_PointerManager, OSCacheManager):
     def __init__(self, reader: DatasetReader):
         self._attach(reader)
         self.context = OSCacheContext(self)
-        if isinstance(reader, JoinedReader):  # upstream's context maps one file itself
+        if isinstance(reader, RemoteReader):  # shards mapped while batches read them
+            self.context = ResidentContext(self, reader)
+        elif isinstance(reader, JoinedReader):  # upstream's context maps one file itself
             self.context.mmap = map_joined(reader.files, reader.bases.tolist(), reader.file_size)
+
+    def schedule_epoch(self, schedule):
+        if isinstance(self.context, ResidentContext):
+            self.context.schedule(schedule)
+        return self.context
 
 
 class SamplePages:

@@ -30,17 +30,22 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..format.joined import DatasetReader, JoinedReader, open_dataset
+from ..format.objectstore import is_url
 from ..format.schema import PairSchema
 from ..kernels.hashing import key3
 from ..kernels.permute import permute
 from .index import PageIndex
 from .node_order import rank_samples
 from .order import OrderSpec
+from .remote_dataset import RemoteReader, open_remote
+
+if TYPE_CHECKING:
+    from .options import LoaderConfig
 
 __all__ = [
     "EpochSamples",
@@ -278,21 +283,27 @@ class EpochSamples:
 
 
 def open_streams(
-    path: Any, epoch_size: int | None, indices: Any, verify: bool
+    path: Any, config: LoaderConfig
 ) -> tuple[DatasetReader, list[Stream] | None, Mixture | None]:
-    """The reader of ``path`` (a `.beton`, a manifest, or a list of streams), its streams
-    and their :class:`Mixture` (None for one dataset).
+    """The reader of ``path`` (a `.beton`, a manifest, a manifest's URL, or a list of
+    streams), its streams and their :class:`Mixture` (None for one dataset).
 
     Raises:
-        ValueError: ``epoch_size`` without streams, or ``indices`` with them.
+        ValueError: ``epoch_size`` without streams, or ``indices`` with them; a URL
+            without ``cache_dir``, or in a mixture.
     """
+    epoch_size, indices, verify = config.epoch_size, config.indices, config.verify
     if isinstance(path, str | os.PathLike):
         if epoch_size is not None:
             raise ValueError(
                 f"epoch_size={epoch_size} goes with a mixture: give path as a list of streams, "
                 f"e.g. [('real.json', 0.7), ('synthetic.json', 0.3)]"
             )
+        if is_url(path):  # every download is checked whole, with or without verify
+            return open_remote(str(path), config.cache_dir, config.cache_limit), None, None
         return open_dataset(path, full_check=verify), None, None
+    if any(is_url(s) or is_url(getattr(s, "path", None)) for s in path):
+        raise ValueError("a mixture reads local datasets; a URL is read alone, as path")
     streams = as_streams(path)
     if indices is not None:
         raise ValueError(
@@ -303,9 +314,12 @@ def open_streams(
     return reader, streams, Mixture(streams, np.diff(reader.dataset_offsets).tolist(), epoch_size)
 
 
-def absolute_source(path: Path, streams: list[Stream] | None) -> Any:
+def absolute_source(reader: DatasetReader, streams: list[Stream] | None) -> Any:
     """What a loader reads, with absolute paths (for a pickled copy in another directory):
-    its file or manifest, or its streams."""
+    its file or manifest (a remote one's URL), or its streams."""
+    path = reader.path
+    if isinstance(reader, RemoteReader):
+        return reader.url
     if streams is None:
         return path.absolute()
     return [replace(s, path=Path(s.path).absolute()) for s in streams]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -16,6 +17,7 @@ from .._checks import SEED_LIMIT, flag, integer, number, one_of, optional
 from ..augment.config import PairAugment
 from ..augment.units import check_units, dequantizing
 from ..format.schema import PairSchema
+from .cache_plan import parse_bytes
 from .field_ops import check_field_ops
 from .order import ORDERS, PARTITIONS, OrderKind, Partition
 
@@ -155,6 +157,19 @@ class LoaderConfig:
         },
     )
 
+    cache_dir: str | None = option(
+        "With ``path`` a URL (``s3://bucket/train.json``, ``gs://``, ``file://``, any "
+        "protocol fsspec knows): the node-local folder its shards are downloaded to, "
+        "shared by the node's ranks (see ``docs/remote.md``).",
+        None,
+    )
+    cache_limit: int | str | None = option(
+        "Bytes the shards in ``cache_dir`` may take (an integer, or ``'100GB'``, "
+        "``'512MiB'``); the shard used furthest in the future is evicted first. Default: "
+        "no limit.",
+        None,
+    )
+
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
             object.__setattr__(self, name, value)
@@ -192,6 +207,10 @@ class LoaderConfig:
         put("partition", one_of("partition", self.partition, PARTITIONS))
         put("canonical_nodes", optional(integer)("canonical_nodes", self.canonical_nodes, 1))
         put("field_ops", check_field_ops(self.field_ops))
+        if self.cache_dir is not None and not isinstance(self.cache_dir, str | os.PathLike):
+            raise TypeError(f"cache_dir must be a folder's path or None, got {self.cache_dir!r}")
+        put("cache_dir", None if self.cache_dir is None else os.fspath(self.cache_dir))
+        put("cache_limit", optional(parse_bytes)("cache_limit", self.cache_limit))
 
     def for_file(self, schema: PairSchema) -> LoaderConfig:
         """These options for a file of ``schema``: on a quantized file with ``dequantize``,
@@ -231,12 +250,12 @@ def make_loader_doc() -> str:
         path: A file written by :func:`~ffcv_pairs.write_pairs` (or upstream FFCV
             with fields ``A``, ``B`` (NDArrayField), ``label`` and any extra fields
             (IntField, FloatField or NDArrayField each); batches are ``(a, b, label,
-            *extras)``); or a dataset
-            manifest (``.json``, see :mod:`~ffcv_pairs.format.shards`) of such files, read
-            as one: sample ``g`` is sample ``g - offset`` of the shard holding it; or a
-            mixture: a list of streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or
-            ``(path, proportion)`` pairs), each epoch's samples drawn from them by their
-            weights (see :mod:`~ffcv_pairs.load.mixing`).
+            *extras)``); or a dataset manifest (``.json``, see :mod:`~ffcv_pairs.format.
+            shards`; or its URL, with ``cache_dir``) of such files, read as one: sample
+            ``g`` is sample ``g - offset`` of the shard holding it; or a mixture: a list of
+            streams (:class:`~ffcv_pairs.load.mixing.Stream`, paths, or ``(path,
+            proportion)`` pairs), each epoch's samples drawn from them by their weights
+            (see :mod:`~ffcv_pairs.load.mixing`).
 {options_doc()}
 
     Raises:

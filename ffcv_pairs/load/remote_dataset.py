@@ -1,0 +1,203 @@
+"""A dataset manifest at a URL (``s3://bucket/train.json``), opened through a node cache.
+
+Opening reads, through fsspec, the manifest, each shard's sidecar, and with two ranged
+reads per shard the bytes the loader needs before any sample: the header, field table and
+metadata (up to the sidecar's ``data_start``) and the allocation table. These go into a
+**skeleton** of each shard under ``<cache_dir>/<name>-<key>/meta/``: a sparse file of the
+shard's size holding only those bytes, beside its sidecar (the requests of each kind are
+in flight together: the sidecars, then the heads, then the allocation tables). The
+skeletons are opened as a local dataset would be
+(:class:`~ffcv_pairs.format.joined.JoinedReader`: header, tables and their CRCs checked,
+every entry checked against the manifest), so the loader knows
+every pointer without downloading a data page. The data pages come from the whole shard,
+downloaded into the node's cache when a batch needs it (:mod:`~.shard_cache`) and mapped
+for as long as it does (:mod:`~.residency`); the skeletons are never mapped for reading.
+
+The skeletons are built once per node: under a lock, temp file then rename, so ranks that
+open the dataset together, or a rerun after a crash, find them whole or build them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ffcv.types import HeaderType
+
+from ..format.joined import JoinedReader
+from ..format.objectstore import StoreError, open_url, read_range, sibling
+from ..format.reader import BetonError
+from ..format.shards import DatasetManifest, ShardEntry
+from ..format.sidecar import Manifest
+from ..format.stats import STATS_SUFFIX
+from .cache_plan import parse_bytes
+from .shard_cache import ShardCache, flocked
+
+__all__ = ["CONCURRENT", "RemoteReader", "open_remote"]
+
+#: Requests in flight at once while a dataset's skeletons are built.
+CONCURRENT = 16
+
+
+class RemoteReader(JoinedReader):
+    """A :class:`~ffcv_pairs.format.joined.JoinedReader` over a remote dataset's
+    skeletons, with the node cache that holds its shards.
+
+    Attributes:
+        url: The manifest's URL.
+        cache: The node's :class:`~.shard_cache.ShardCache` of its shards.
+    """
+
+    def __init__(self, manifest: Path, url: str, cache: ShardCache):
+        super().__init__(manifest)
+        self.url, self.cache = url, cache
+
+
+def open_remote(
+    url: str, cache_dir: str | os.PathLike[str] | None, cache_limit: int | str | None
+) -> RemoteReader:
+    """The reader of the dataset manifest at ``url``, its shards cached in ``cache_dir``.
+
+    Raises:
+        ValueError: no ``cache_dir``; a ``limit`` below the largest shard; a protocol
+            whose package is missing (see :func:`~ffcv_pairs.format.objectstore.open_url`).
+        BetonError: the manifest, a sidecar or a shard's tables do not match (named).
+    """
+    limit = None if cache_limit is None else parse_bytes("cache_limit", cache_limit)
+    if cache_dir is None:
+        raise ValueError(
+            f"{url}: a remote dataset is read through a node-local cache: give cache_dir "
+            f"(a local folder with room for cache_limit bytes)"
+        )
+    fs, path = open_url(url)
+    try:
+        raw = bytes(fs.cat_file(path))
+    except Exception as e:  # each store's client raises its own kinds (botocore's too)
+        raise BetonError(f"{url}: cannot read the dataset manifest ({e})") from None
+    key = hashlib.sha256(url.encode() + b"\0" + raw).hexdigest()[:16]
+    name = posixpath.basename(path)
+    root = Path(cache_dir) / f"{Path(name).stem}-{key}"
+    meta = root / "meta"
+    (root / "locks").mkdir(parents=True, exist_ok=True)
+    with flocked(root / "locks" / "meta"):
+        local = meta / name
+        if not local.exists():
+            _put(local, raw)
+        manifest = DatasetManifest.load(local)
+        try:
+            remote = [sibling(path, entry.path) for entry in manifest.shards]
+        except ValueError as e:
+            raise BetonError(f"{url}: {e}") from None
+        _skeletons(
+            fs,
+            [
+                (shard, meta / entry.path, entry)
+                for shard, entry in zip(remote, manifest.shards)
+                if not (meta / entry.path).exists()
+            ],
+        )
+    largest = max(e.bytes for e in manifest.shards)
+    if limit is not None and limit < largest:
+        raise ValueError(
+            f"{url}: cache_limit {limit} bytes is below its largest shard, {largest} bytes"
+        )
+    cache = ShardCache(root, fs, remote, list(manifest.shards), limit)
+    return RemoteReader(local, url, cache)
+
+
+def _put(
+    path: Path, data: bytes, size: int | None = None, tail: tuple[int, bytes] | None = None
+) -> None:
+    """Write ``path`` whole or not at all: a temp file (``size`` bytes, sparse, ``data`` at
+    0 and ``tail`` at its offset), then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if size is not None:
+            os.ftruncate(fd, size)
+        os.pwrite(fd, data, 0)
+        if tail is not None:
+            os.pwrite(fd, tail[1], tail[0])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _skeletons(fs: Any, todo: list[tuple[str, Path, ShardEntry]]) -> None:
+    """Each shard's sidecar (and image statistics) and skeleton (``(remote, local,
+    entry)``), the requests of each kind in flight together."""
+    if not todo:
+        return
+    shards = [shard for shard, _, _ in todo]
+    sides = _each(fs, [(f"{s}.json", None, None) for s in shards])
+    head_ends, stats = [], []
+    for (shard, local, entry), side_bytes in zip(todo, sides):
+        url = fs.unstrip_protocol(shard)
+        if isinstance(side_bytes, Exception):
+            raise BetonError(
+                f"{url}.json: cannot read the shard's sidecar ({side_bytes}); a remote shard "
+                f"is checked against its sidecar's digest, so it needs one"
+            )
+        _put(Path(f"{local}.json"), side_bytes)
+        side = Manifest.load(Path(f"{local}.json"))
+        if f"{side.digest_kind}:{side.digest}" != entry.digest or side.file_size != entry.bytes:
+            raise BetonError(
+                f"{url}.json: sidecar of {side.file_size} bytes, {side.digest_kind}:"
+                f"{side.digest[:16]}.., but the manifest lists {entry.bytes} bytes, "
+                f"{entry.digest[:28]}..: the shard was replaced or the manifest is stale"
+            )
+        if side.stats is not None:  # without them the loader goes on as for a local file
+            stats.append((f"{shard}{STATS_SUFFIX}", Path(f"{local}{STATS_SUFFIX}")))
+        page = int(side.page_size)
+        head_ends.append(min(max(-(-int(side.data_start) // page), 1) * page, entry.bytes))
+    for (_, local_stats), got in zip(stats, _each(fs, [(s, None, None) for s, _ in stats])):
+        if not isinstance(got, Exception):
+            _put(local_stats, got)
+    heads = _each(fs, [(s, 0, end) for s, end in zip(shards, head_ends)])
+    allocs = [
+        _alloc(fs.unstrip_protocol(s), h, end, e.bytes)
+        for s, h, end, (_, _, e) in zip(shards, heads, head_ends, todo)
+    ]
+    tails = _each(fs, [(s, a, e.bytes) for s, a, (_, _, e) in zip(shards, allocs, todo)])
+    for (shard, local, entry), head, alloc, tail in zip(todo, heads, allocs, tails):
+        if isinstance(tail, Exception):
+            raise BetonError(f"{fs.unstrip_protocol(shard)}: {tail}")
+        _put(local, head, entry.bytes, (alloc, tail))
+
+
+def _alloc(url: str, head: bytes | Exception, head_end: int, size: int) -> int:
+    """Where the allocation table starts, from a shard's first bytes."""
+    if isinstance(head, Exception):
+        raise BetonError(f"{url}: {head}")
+    if len(head) < HeaderType.itemsize:
+        raise BetonError(f"{url}: {len(head)} bytes is too small to be a .beton")
+    alloc = int(np.frombuffer(head[: HeaderType.itemsize], dtype=HeaderType)[0]["alloc_table_ptr"])
+    if not head_end <= alloc <= size:
+        raise BetonError(f"{url}: corrupt header: allocation table at byte {alloc}")
+    return alloc
+
+
+def _each(fs: Any, reads: list[tuple[str, int | None, int | None]]) -> list[Any]:
+    """Each ``(path, start, end)`` read (the whole object where ``start`` is None), up to
+    :data:`CONCURRENT` at once: its bytes, or the error (a :class:`StoreError` naming it)."""
+
+    def one(read: tuple[str, int | None, int | None]) -> bytes | Exception:
+        path, start, end = read
+        try:
+            if start is None or end is None:
+                return bytes(fs.cat_file(path))
+            return read_range(fs, path, start, end) if end > start else b""
+        except StoreError as e:
+            return e
+        except Exception as e:  # each store's client raises its own kinds
+            return StoreError(f"{fs.unstrip_protocol(path)}: {e}")
+
+    with ThreadPoolExecutor(min(CONCURRENT, max(1, len(reads)))) as pool:
+        return list(pool.map(one, reads))

@@ -28,6 +28,10 @@ own units on a file written with ``quantize`` (``[0, 1]``: ``normalize_mean=(0.4
 0.406)``, ``noise_std=0.02``). Where the loader knows the values' range (uint8: 0..255; a
 quantized file: its range) a ``normalize_mean`` outside it is refused, naming both.
 
+**Swap**: ``swap=p`` exchanges A and B per sample with probability ``p``, on the batch's
+device after the rest (``swap_label`` says how the label changes; see
+:mod:`~ffcv_pairs.augment.swap`).
+
 Every random number is a hash of ``(seed, epoch, sample_id, op)``: identical
 for A and B, and the same for every run, thread count, number of ranks and order.
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import InitVar, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -48,7 +53,7 @@ from ..format.schema import ArraySpec, PairSchema
 from ..kernels.geometry import GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
-from .checks import PAD_MODES, check_geometry, check_photometric_and_output
+from .checks import PAD_MODES, check_geometry, check_photometric_and_output, check_swap
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
 
@@ -98,6 +103,11 @@ class PairAugment:
             where the loader knows it, is refused.
         out_dtype: Output dtype; default float32 when normalizing, else unchanged.
         channels: ``auto``, ``first`` (C,H,W) or ``last`` (H,W,C).
+        swap: Probability that a sample's A and B change places (needs A and B of one
+            shape and dtype).
+        swap_label: How a swap changes the label: ``(label, swapped) -> label`` on the batch
+            (``swapped``: bool ``(n,)``), or its import path ``"module.function"``; None:
+            the label is kept.
     """
 
     hflip: float = 0.0
@@ -124,12 +134,15 @@ class PairAugment:
     normalize_std: tuple[float, ...] | None = None
     out_dtype: OutDtype | None = None
     channels: Literal["auto", "first", "last"] = "auto"
+    swap: float = 0.0
+    swap_label: str | Callable[..., Any] | None = None
     paired_geometry: InitVar[bool | None] = None  # geometry_paired's old name
 
     def __post_init__(self, paired_geometry: bool | None) -> None:
         self._old_names(paired_geometry)
         check_geometry(self)
         check_photometric_and_output(self)
+        check_swap(self)
 
     def _old_names(self, paired_geometry: bool | None) -> None:
         """Options as they were once spelled: accepted, with a warning that says the new way."""
@@ -220,6 +233,11 @@ class PairAugment:
             raise ValueError(
                 f"augment value_range={self.value_range} is for floating-point images; A and "
                 f"B are {schema.spec(schema.IMAGE_FIELDS[0]).dtype} (clamped to their dtype)"
+            )
+        if self.swap and (schema.a.shape, schema.a.dtype) != (schema.b.shape, schema.b.dtype):
+            raise ValueError(
+                f"augment swap={self.swap} needs A and B of one shape and dtype, got "
+                f"{schema.a.shape} {schema.a.dtype} and {schema.b.shape} {schema.b.dtype}"
             )
         for name, axes in out.items():
             self._check_fill(name, schema.spec(name))

@@ -29,7 +29,9 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._fileio import NotRegularFileError, ShortReadError
+    from .augment.batch_ops import BatchOp
     from .augment.config import PairAugment
+    from .augment.mixup import CutMix, MixUp
     from .errors import FfcvPairsError
     from .format.fields import FieldSpec
     from .format.reader import BetonError, PairReader
@@ -53,7 +55,9 @@ if TYPE_CHECKING:
 _HOMES = {
     "ArraySource": "write.sources",
     "ArraySpec": "format.schema",
+    "BatchOp": "augment.batch_ops",
     "BatchedSource": "write.batched",
+    "CutMix": "augment.mixup",
     "BetonChangedError": "load.truncation",
     "BetonError": "format.reader",
     "FfcvPairsError": "errors",
@@ -63,6 +67,7 @@ _HOMES = {
     "LoaderError": "load.loader",
     "LoaderMonitor": "lightning.callbacks",
     "MemoryBudgetError": "load.budget",
+    "MixUp": "augment.mixup",
     "NotRegularFileError": "_fileio",
     "PairAugment": "augment.config",
     "PairDataModule": "lightning.datamodule",
@@ -89,9 +94,11 @@ _HOMES = {
 __all__ = [
     "ArraySource",
     "ArraySpec",
+    "BatchOp",
     "BatchedSource",
     "BetonChangedError",
     "BetonError",
+    "CutMix",
     "FfcvPairsError",
     "FieldSpec",
     "IndexedSource",
@@ -99,6 +106,7 @@ __all__ = [
     "LoaderError",
     "LoaderMonitor",
     "MemoryBudgetError",
+    "MixUp",
     "NotRegularFileError",
     "PairAugment",
     "PairBatch",

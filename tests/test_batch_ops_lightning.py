@@ -68,3 +68,20 @@ def test_the_example_model_trains_on_mixup_soft_targets_from_yaml(
         assert torch.allclose(label.sum(1), torch.ones(16))
     assert any(((label > 0) & (label < 1)).any() for label in labels.seen)  # mixed
     assert dm.val_dataloader().config.batch_ops is None  # validation reads plain batches
+
+
+def test_accuracy_counts_a_soft_targets_larger_share() -> None:
+    """On soft targets the example model's accuracy compares each row's predicted class
+    with its target's larger share (torchmetrics would silently score float targets 0)."""
+    from ffcv_pairs import SiamesePairClassifier
+
+    torch.manual_seed(0)
+    model = SiamesePairClassifier(num_classes=3, in_channels=3, width=4).eval()
+    model.log = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    a, b = torch.rand(32, 3, 12, 12), torch.rand(32, 3, 12, 12)
+    target = torch.softmax(3 * torch.randn(32, 3), 1)
+    with torch.no_grad():
+        loss = model._step((a, b, target), "train")
+        want = (model(a, b).argmax(1) == target.argmax(1)).float().mean()
+    assert math.isfinite(float(loss)) and 0 < want < 1
+    assert torch.isclose(model.metrics["train_acc"].compute(), want)

@@ -91,14 +91,17 @@ def test_mixup_blends_a_and_b_by_one_weight_per_pair(data: dict) -> None:
 
 
 def test_mixup_on_normalised_floats_and_float_labels(data: dict) -> None:
-    aug = PairAugment(normalize_mean=(10.0,), normalize_std=(2.0,))
-    got = epoch_of(data["floats_path"], augment=aug, batch_ops=[MixUp(None, alpha=1.0)])
-    for ids, (ga, _, label) in got:
-        lam = weights(draws(1, ids, OP_BATCH, 2), 1.0, 1.0)
+    aug = PairAugment(normalize_mean=(10.0,), normalize_std=(7.3,))
+    got = epoch_of(data["floats_path"], augment=aug, batch_ops=[MixUp(None, p=0.6)])
+    plain = epoch_of(data["floats_path"], augment=aug)
+    for (ids, (ga, _, label)), (_, (pa, _, _)) in zip(got, plain, strict=True):
+        lam = weights(draws(1, ids, OP_BATCH, 2), 1.0, 0.6)
         part = np.roll(ids, 1)
-        x = (data["a"].astype(np.float64) - 10) / 2
+        x = (data["a"].astype(np.float64) - 10) / 7.3
         want = lam[:, None, None, None] * x[ids] + (1 - lam[:, None, None, None]) * x[part]
         assert ga.dtype == torch.float32 and np.allclose(ga.numpy(), want, atol=1e-4)
+        kept = lam == 1  # a sample left alone keeps its exact values
+        assert kept.any() and torch.equal(ga[kept], pa[kept])
         assert label.dtype == torch.float64
         want_label = lam * data["floats"][ids] + (1 - lam) * data["floats"][part]
         assert np.allclose(label.numpy(), want_label, atol=1e-6)

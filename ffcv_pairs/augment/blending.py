@@ -49,8 +49,8 @@ def blend_rows(x: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     16 bits), rounded to nearest (ties to even) and clamped to the dtype. A row with
     ``lam = 1`` comes back unchanged."""
     if x.is_floating_point():
-        w = _rows(lam, x, x.dtype)
-        return x * w + partner(x) * (1 - w)
+        # lerp computes end - (end - start) * (1 - w) for w >= 0.5: exactly x at w = 1.
+        return torch.lerp(partner(x), x, _rows(lam, x, x.dtype))
     if x.dtype == torch.bool:
         raise TypeError("cannot blend a bool tensor")
     work = torch.float32 if x.element_size() <= 2 else torch.float64

@@ -10,7 +10,8 @@ imports only those above it (``write`` and ``augment`` do not import each other)
     kernels/    numba kernels: hashing, byte moves, geometry, decode, photometric
     write/      sources (.pt files, arrays; source_kinds), the writer (plan, tasks,
                 shuffle), comparison with sources
-    augment/    PairAugment, its image axes, op placement and FFCV ops
+    augment/    PairAugment, its image axes, op placement and FFCV ops; batch ops
+                (BatchOp, MixUp, CutMix, swap)
     load/       page index, order, memory managers, decoders, epoch thread, loader
     lightning/  PairDataModule, the example model, LoaderMonitor
     cli, warmup, train, demo, inspection: the faces on top

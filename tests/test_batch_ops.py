@@ -207,6 +207,16 @@ def test_swap_exchanges_a_and_b_and_tells_the_label(data: dict, how: Any) -> Non
     assert 0.2 < share < 0.4
 
 
+def test_swap_changes_the_batch_not_the_pages(data: dict) -> None:
+    """In place, but in the batch's own memory: an epoch read again is swapped again from
+    the file's bytes, not swapped back."""
+    loader = make_loader(data["ids"], batch_size=32, augment=PairAugment(swap=1.0), seed=SEED)
+    for _ in range(2):
+        loader.set_epoch(0)
+        for batch in loader:
+            assert np.array_equal(batch[0].numpy(), 255 - data["a"][loader.last_batch_ids])
+
+
 def test_swap_needs_a_and_b_alike_and_is_not_an_eval_op(data: dict, tmp_path: Path) -> None:
     from ffcv_pairs.augment.evaluation import eval_pipeline, random_ops
 

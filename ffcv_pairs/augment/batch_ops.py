@@ -42,17 +42,35 @@ import torch
 
 from .._checks import integer
 
-__all__ = ["MAX_BATCH_OPS", "MAX_DRAWS", "BatchOp", "check_batch_ops", "on_device", "replaced"]
+__all__ = [
+    "MAX_BATCH_OPS",
+    "MAX_DRAWS",
+    "BatchOp",
+    "check_batch_ops",
+    "on_device",
+    "replaced",
+    "to_batch_device",
+]
 
 #: Most ops in one loader's ``batch_ops``, and most uniforms one op draws per sample.
 MAX_BATCH_OPS = 64
 MAX_DRAWS = 1 << 16
 
 
+def to_batch_device(host: torch.Tensor, batch: Sequence[torch.Tensor]) -> torch.Tensor:
+    """A host tensor moved to the device of ``batch``'s first field without waiting for
+    the device: to a GPU through pinned memory (a copy from pageable memory may wait for
+    the stream's queued work, a training step's; PyTorch keeps a pinned block until its
+    copy ran)."""
+    device = batch[0].device
+    if device.type == "cpu":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def on_device(values: np.ndarray, batch: Sequence[torch.Tensor]) -> torch.Tensor:
     """``values`` as a float32 tensor on the device of ``batch``'s first field."""
-    host = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
-    return host.to(batch[0].device, non_blocking=True)
+    return to_batch_device(torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)), batch)
 
 
 def replaced(batch: Any, changes: dict[int, torch.Tensor]) -> Any:

@@ -28,7 +28,7 @@ import torch
 
 from .._checks import integer, number, one_of, optional
 from ..kernels.betas import beta_quantile
-from .batch_ops import BatchOp, on_device, replaced
+from .batch_ops import BatchOp, on_device, replaced, to_batch_device
 from .blending import (
     Channels,
     blend_rows,
@@ -91,8 +91,8 @@ class MixUp(_PairMix):
 
     def apply(self, batch: Any, params: Any) -> Any:
         label = batch[2]
-        h, w, _ = spatial_size(batch[0], self.channels, "MixUp")
-        if dense_axes(label, (h, w)) is not None:
+        h, w = spatial_size(batch[0], self.channels, "MixUp")[:2] if label.ndim >= 3 else (0, 0)
+        if label.ndim >= 3 and dense_axes(label, (h, w)) is not None:
             raise ValueError(
                 f"MixUp cannot blend the dense label field {field_name(batch, 2)!r} of shape "
                 f"{tuple(label.shape)} (a per-pixel map of the {h}x{w} images); use CutMix"
@@ -146,8 +146,7 @@ class CutMix(_PairMix):
             raise ValueError(f"CutMix needs A and B of one size, got {(h, w)} and {(hb, wb)}")
         box = cut_boxes(u, self.weights(u), h, w)
         lam = 1.0 - (box[:, 1] - box[:, 0]) * (box[:, 3] - box[:, 2]) / float(h * w)
-        device = batch[0].device
-        return Boxes(on_device(lam, batch), torch.from_numpy(box).to(device, non_blocking=True))
+        return Boxes(on_device(lam, batch), to_batch_device(torch.from_numpy(box), batch))
 
     def apply(self, batch: Any, params: Any) -> Any:
         a = batch[0]

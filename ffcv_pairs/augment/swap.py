@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .._checks import shown
-from .batch_ops import BatchOp, replaced
+from .batch_ops import BatchOp, replaced, to_batch_device
 
 __all__ = ["LabelSwap", "SwapAB", "label_swap"]
 
@@ -63,7 +63,7 @@ class SwapAB(BatchOp):
     def params(self, u: np.ndarray, batch: Any) -> torch.Tensor:
         """The swapped rows' indices (int64, on the batch's device)."""
         rows = np.flatnonzero(u[:, 0] < self.p)
-        return torch.from_numpy(rows).to(batch[0].device, non_blocking=True)
+        return to_batch_device(torch.from_numpy(rows), batch)
 
     def apply(self, batch: Any, params: Any) -> Any:
         a, b = batch[0], batch[1]

@@ -343,3 +343,45 @@ def test_a_sample_draws_the_same_on_any_world_size(data: dict) -> None:
     one, two = per_sample(1), per_sample(2)
     assert len(one) == N and one == two
     assert 0 < sum(s for _, s in one.values()) < N
+
+
+# -- the ops on batches of every layout, called directly -----------------------------------------
+@pytest.mark.parametrize(
+    "image, label",
+    [((3, H, W), (H, W)), ((H, W, 2), (H, W, 1)), ((H, W), (2, H, W))],
+    ids=["chw", "hwc", "hw"],
+)
+def test_cutmix_boxes_every_layout(image: tuple[int, ...], label: tuple[int, ...]) -> None:
+    from ffcv_pairs.load.batches import PairBatch
+
+    n = 6
+    rng = np.random.default_rng(2)
+    a = torch.from_numpy(rng.random((n, *image)).astype(np.float32))
+    mask = torch.from_numpy(rng.integers(0, 9, (n, *label)).astype(np.int64))
+    u = rng.random((n, 4))
+    u[:, 0] = 0.0  # every row boxed
+    out = CutMix(None, channels="auto")(PairBatch(a, a.clone(), mask), u)
+    box = boxes(u, 1.0, 1.0)
+    hw_last = image[-2:] == (H, W)
+    for got, x, last in ((out.A, a, hw_last), (out.label, mask, label[-2:] == (H, W))):
+        want = x.numpy().copy()
+        part = np.roll(want, 1, axis=0)
+        for i, (y1, y2, x1, x2) in enumerate(box):
+            if last:
+                want[i, ..., y1:y2, x1:x2] = part[i, ..., y1:y2, x1:x2]
+            else:
+                want[i, y1:y2, x1:x2] = part[i, y1:y2, x1:x2]
+        assert np.array_equal(got.numpy(), want)
+    assert torch.equal(out.A, out.B)
+
+
+def test_mixup_reads_no_channel_axis_for_a_scalar_label() -> None:
+    """A cube image (8, 8, 8) has no readable channel axis; MixUp needs one only to tell a
+    dense label, which a scalar label cannot be."""
+    from ffcv_pairs.load.batches import PairBatch
+
+    x = torch.rand(4, 8, 8, 8)
+    out = MixUp(3)(PairBatch(x, x.clone(), torch.tensor([0, 1, 2, 0])), np.full((4, 2), 0.3))
+    assert out.label.shape == (4, 3) and torch.equal(out.A, out.B)
+    with pytest.raises(ValueError, match=r"cannot tell the channel axis of A's shape \(8, 8, 8\)"):
+        MixUp(None)(PairBatch(x, x, torch.rand(4, 8, 8)), np.full((4, 2), 0.3))

@@ -39,7 +39,7 @@ from .blending import (
     spatial_size,
 )
 
-__all__ = ["CutMix", "MixUp"]
+__all__ = ["Boxes", "CutMix", "MixUp", "cut_boxes"]
 
 
 class _PairMix(BatchOp):

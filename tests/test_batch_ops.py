@@ -385,3 +385,25 @@ def test_mixup_reads_no_channel_axis_for_a_scalar_label() -> None:
     assert out.label.shape == (4, 3) and torch.equal(out.A, out.B)
     with pytest.raises(ValueError, match=r"cannot tell the channel axis of A's shape \(8, 8, 8\)"):
         MixUp(None)(PairBatch(x, x, torch.rand(4, 8, 8)), np.full((4, 2), 0.3))
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_the_ops_give_the_cpu_paths_values(data: dict) -> None:
+    """The same draws, boxes and swaps on the device: uint8 batches byte for byte, floats
+    (normalised on the device, then blended there) within float32 rounding."""
+    exact = {"augment": PairAugment(swap=0.5), "batch_ops": [CutMix(N, p=0.7)]}
+    norm = PairAugment(swap=0.5, normalize_mean=(10.0,), normalize_std=(7.3,))
+    close = {"augment": norm, "batch_ops": [MixUp(N, alpha=0.4, p=0.7), CutMix(N, p=0.7)]}
+    for options, same in ((exact, torch.equal), (close, _close)):
+        cpu = epoch_of(data["ids"], device="cpu", **options)
+        gpu = epoch_of(data["ids"], device="cuda", **options)
+        assert len(cpu) == len(gpu)
+        for (i, c), (j, g) in zip(cpu, gpu):
+            assert np.array_equal(i, j)
+            for x, y in zip(c, g):
+                assert y.device.type == "cuda" and x.dtype == y.dtype
+                assert same(x, y.cpu())
+
+
+def _close(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return torch.allclose(x, y, rtol=1e-5, atol=1e-5)

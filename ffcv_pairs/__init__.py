@@ -10,7 +10,8 @@ imports only those above it (``write`` and ``augment`` do not import each other)
     kernels/    numba kernels: hashing, byte moves, geometry, decode, photometric
     write/      sources (.pt files, arrays; source_kinds), the writer (plan, tasks,
                 shuffle), comparison with sources
-    augment/    PairAugment, its image axes, op placement and FFCV ops
+    augment/    PairAugment, its image axes, op placement and FFCV ops; batch ops
+                (BatchOp, MixUp, CutMix, swap)
     load/       page index, order, memory managers, decoders, epoch thread, loader
     lightning/  PairDataModule, the example model, LoaderMonitor
     cli, warmup, train, demo, inspection, testing: the faces on top
@@ -29,8 +30,10 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._fileio import NotRegularFileError, ShortReadError
+    from .augment.batch_ops import BatchOp
     from .augment.config import PairAugment
     from .augment.dense import DenseField
+    from .augment.mixup import CutMix, MixUp
     from .augment.user_ops import PairOp
     from .errors import FfcvPairsError
     from .format.fields import FieldSpec
@@ -57,7 +60,9 @@ if TYPE_CHECKING:
 _HOMES = {
     "ArraySource": "write.sources",
     "ArraySpec": "format.schema",
+    "BatchOp": "augment.batch_ops",
     "BatchedSource": "write.batched",
+    "CutMix": "augment.mixup",
     "BetonChangedError": "load.truncation",
     "BetonError": "format.reader",
     "CacheFullError": "load.shard_cache",
@@ -69,6 +74,7 @@ _HOMES = {
     "LoaderError": "load.loader",
     "LoaderMonitor": "lightning.callbacks",
     "MemoryBudgetError": "load.budget",
+    "MixUp": "augment.mixup",
     "NotRegularFileError": "_fileio",
     "PairAugment": "augment.config",
     "PairOp": "augment.user_ops",
@@ -97,10 +103,12 @@ _HOMES = {
 __all__ = [
     "ArraySource",
     "ArraySpec",
+    "BatchOp",
     "BatchedSource",
     "BetonChangedError",
     "BetonError",
     "CacheFullError",
+    "CutMix",
     "DenseField",
     "FfcvPairsError",
     "FieldSpec",
@@ -109,6 +117,7 @@ __all__ = [
     "LoaderError",
     "LoaderMonitor",
     "MemoryBudgetError",
+    "MixUp",
     "NotRegularFileError",
     "PairAugment",
     "PairBatch",

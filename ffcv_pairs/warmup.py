@@ -14,6 +14,8 @@ and reads one batch of it with each pipeline the configuration runs (its augment
 evaluation twin and plain decoding), both with one thread and with several, since
 the loader calls a serial kernel on one thread and a parallel one otherwise. Kernels are
 typed, not sized: a file of another image size or sample count uses the same machine code.
+The batch ops' draws (the batch's uniforms, Beta's quantile for MixUp and CutMix) are
+compiled too, whatever the configuration.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ def warmup(
                     path, batch_size=8, augment=aug, order="sequential", num_threads=n
                 )
                 next(iter(loader))
+    _batch_draws()
     return WarmupReport(tuple(pipelines), tuple(threads), time.perf_counter() - started)
 
 
@@ -135,6 +138,15 @@ def _dense_fields(
     }
     made["flow"] = ((n, 2, axes.height, axes.width), "float32")
     return {name: np.zeros(*made[dense.kind]) for name, dense in augment.dense_fields.items()}
+
+
+def _batch_draws() -> None:
+    """The kernels batch ops draw with, called with the types the loader passes."""
+    from .kernels.betas import beta_quantile
+    from .kernels.hashing import OP_BATCH, batch_uniforms
+
+    u = batch_uniforms(0, 0, np.arange(2, dtype=np.int64), OP_BATCH, 2)
+    beta_quantile(np.ascontiguousarray(u[:, 1]), 1.0, 1.0)
 
 
 def _images(n: int, shape: tuple[int, ...], dtype: str) -> tuple[np.ndarray, np.ndarray]:

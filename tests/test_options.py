@@ -12,7 +12,15 @@ from ffcv_pairs.load.options import options_doc
 
 FIELDS = {f.name: f for f in dataclasses.fields(LoaderConfig)}
 # PairDataModule's own meaning of these (trainer-aware), or set per split by it.
-DATAMODULE_OWN = {"batch_size", "order", "augment", "num_threads", "device", "epoch_size"}
+DATAMODULE_OWN = {
+    "batch_size",
+    "order",
+    "augment",
+    "batch_ops",  # training batches only
+    "num_threads",
+    "device",
+    "epoch_size",
+}
 DATAMODULE_SETS = {"distributed", "drop_last", "rank", "world_size", "indices", "verify"}
 
 

@@ -160,7 +160,8 @@ def step_data(ctx: Context) -> list[str]:
 
 
 def step_cuda_tests(ctx: Context) -> list[str]:
-    return _pytest(["tests/test_cuda.py", "tests/test_lightning.py"], "-m", "cuda")
+    files = ["tests/test_cuda.py", "tests/test_lightning.py", "tests/test_batch_ops.py"]
+    return _pytest(files, "-m", "cuda")
 
 
 def step_throughput(ctx: Context) -> list[str]:

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._checks import flag, integer, number, one_of, optional, pair, sequence_of
+from .._checks import flag, integer, number, one_of, optional, pair, sequence_of, shown
 from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
+from .swap import label_swap
 
-__all__ = ["MAX_SIDE", "PAD_MODES", "check_geometry", "check_photometric_and_output"]
+__all__ = ["MAX_SIDE", "PAD_MODES", "check_geometry", "check_photometric_and_output", "check_swap"]
 
 PAD_MODES = {"constant": PAD_CONSTANT, "reflect": PAD_REFLECT, "edge": PAD_EDGE}
 #: Largest crop side, padding or shift, in pixels.
@@ -100,3 +101,16 @@ def check_photometric_and_output(aug: Any) -> None:
         raise ValueError("augment normalize_mean and normalize_std go together")
     put("out_dtype", optional(one_of), ["uint8", "float16", "bfloat16", "float32"])
     put("channels", one_of, ["auto", "first", "last"])
+
+
+def check_swap(aug: Any) -> None:
+    """``swap``, a probability, and ``swap_label``, which goes with it (a function or its
+    import path, imported now so that a wrong one is named at once; kept as given)."""
+    put = _putter(aug)
+    put("swap", number, 0.0, 1.0)
+    label_swap("augment swap_label", aug.swap_label)
+    if aug.swap_label is not None and not aug.swap:
+        raise ValueError(
+            f"augment swap_label={shown(aug.swap_label)} applies to swap, which is 0; set "
+            f"swap=p or unset swap_label"
+        )

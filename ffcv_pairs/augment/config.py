@@ -31,6 +31,9 @@ quantized file: its range) a ``normalize_mean`` outside it is refused, naming bo
 **Ops of the user's own** (``user_ops``, :class:`~ffcv_pairs.augment.user_ops.PairOp`) run
 after the built-in ones and before normalisation, drawing from the same keys (see
 ``docs/user-ops.md``).
+**Swap**: ``swap=p`` exchanges A and B per sample with probability ``p``, on the batch's
+device after the rest (``swap_label`` says how the label changes; see
+:mod:`~ffcv_pairs.augment.swap`).
 
 Every random number is a hash of ``(seed, epoch, sample_id, op)``: identical
 for A and B, and the same for every run, thread count, number of ranks and order.
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import InitVar, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -52,7 +56,7 @@ from ..format.schema import ArraySpec, PairSchema
 from ..kernels.geometry import GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
-from .checks import PAD_MODES, check_geometry, check_photometric_and_output
+from .checks import PAD_MODES, check_geometry, check_photometric_and_output, check_swap
 from .dense import DenseField, DenseKind, check_dense
 from .user_ops import PairOp, pair_ops
 
@@ -111,6 +115,11 @@ class PairAugment:
             are refused under geometric ops.
         user_ops: Ops of the user's own (:class:`~ffcv_pairs.augment.user_ops.PairOp`, or
             mappings of its options), in order, after the built-in ops.
+        swap: Probability that a sample's A and B change places (needs A and B of one
+            shape and dtype).
+        swap_label: How a swap changes the label: ``(label, swapped) -> label`` on the batch
+            (``swapped``: bool ``(n,)``), or its import path ``"module.function"``; None:
+            the label is kept.
     """
 
     hflip: float = 0.0
@@ -139,6 +148,8 @@ class PairAugment:
     channels: Literal["auto", "first", "last"] = "auto"
     dense: dict[str, DenseField | DenseKind] | None = None
     user_ops: tuple[PairOp, ...] = ()
+    swap: float = 0.0
+    swap_label: str | Callable[..., Any] | None = None
     paired_geometry: InitVar[bool | None] = None  # geometry_paired's old name
 
     def __post_init__(self, paired_geometry: bool | None) -> None:
@@ -147,6 +158,7 @@ class PairAugment:
         check_photometric_and_output(self)
         object.__setattr__(self, "dense", check_dense(self.dense) or None)
         object.__setattr__(self, "user_ops", pair_ops(self.user_ops))
+        check_swap(self)
 
     def _old_names(self, paired_geometry: bool | None) -> None:
         """Options as they were once spelled: accepted, with a warning that says the new way."""
@@ -242,6 +254,11 @@ class PairAugment:
             raise ValueError(
                 f"augment value_range={self.value_range} is for floating-point images; A and "
                 f"B are {schema.spec(schema.IMAGE_FIELDS[0]).dtype} (clamped to their dtype)"
+            )
+        if self.swap and (schema.a.shape, schema.a.dtype) != (schema.b.shape, schema.b.dtype):
+            raise ValueError(
+                f"augment swap={self.swap} needs A and B of one shape and dtype, got "
+                f"{schema.a.shape} {schema.a.dtype} and {schema.b.shape} {schema.b.dtype}"
             )
         for name, axes in out.items():
             self._check_fill(name, schema.spec(name))

@@ -45,6 +45,7 @@ def random_ops(augment: PairAugment) -> list[str]:
         ("brightness", augment.brightness),
         ("contrast", augment.contrast),
         ("noise_std", augment.noise_std),
+        ("swap", augment.swap),
     ]
     if not augment.center:
         drawn += [("crop", augment.crop), ("resized_crop", augment.resized_crop)]

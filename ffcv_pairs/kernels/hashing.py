@@ -14,11 +14,14 @@ import numpy as np
 
 __all__ = [
     "GOLDEN",
+    "OP_BATCH",
     "OP_BRIGHTNESS",
     "OP_CONTRAST",
     "OP_GEOMETRY",
     "OP_NOISE",
+    "OP_SWAP",
     "OP_USER",
+    "batch_uniforms",
     "below",
     "key3",
     "mix64",
@@ -32,6 +35,11 @@ GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 # Op ids: part of the random key, so ops never share random numbers.
 OP_GEOMETRY, OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE = 1, 2, 3, 4
+#: ``PairAugment(swap=p)``: whether a sample's A and B change places.
+OP_SWAP = 5
+#: The first batch op's id: the op at position ``j`` of a loader's ``batch_ops`` draws with
+#: ``OP_BATCH + j`` (256 up to 319: above the per-sample ops' small ids, below ``OP_USER``'s).
+OP_BATCH = 256
 #: The ops of the user's own: the k-th of a ``PairAugment``'s ``user_ops`` is ``OP_USER + k``,
 #: above every built-in id.
 OP_USER = 1 << 16
@@ -87,3 +95,16 @@ def normal(key, k):  # pragma: no cover - JIT
     u1 = uniform(key, 2 * k)
     u2 = uniform(key, 2 * k + 1)
     return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
+
+
+@nb.njit(cache=True, nogil=True)
+def batch_uniforms(seed, epoch, ids, op, draws):  # pragma: no cover - JIT
+    """The first ``draws`` uniforms of each sample of ``ids`` for ``op`` (field tag 0): a
+    float64 array ``(len(ids), draws)``, row ``i`` from ``sample_key(seed, epoch, ids[i],
+    op, 0)``. What batch ops draw from: the same keys as the per-sample ops."""
+    out = np.empty((ids.shape[0], draws), dtype=np.float64)
+    for i in range(ids.shape[0]):
+        key = sample_key(seed, epoch, ids[i], op, 0)
+        for k in range(draws):
+            out[i, k] = uniform(key, k)
+    return out

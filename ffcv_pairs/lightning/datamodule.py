@@ -26,11 +26,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
 
 from .._checks import integer, optional, shown
+from ..augment.batch_ops import BatchOp
 from ..augment.config import PairAugment, image_axes
 from ..augment.evaluation import eval_pipeline, random_ops
 from ..format.joined import open_dataset
@@ -72,6 +74,11 @@ class PairDataModule(L.LightningDataModule):
         order: Training order: ``quasi_random``, ``random`` or ``sequential``
             (validation and test read sequentially).
         augment: Training augmentation.
+        batch_ops: Ops over each training batch, on its device, in order (validation, test
+            and predict get none): :class:`~ffcv_pairs.augment.mixup.MixUp`,
+            :class:`~ffcv_pairs.augment.mixup.CutMix` or your own
+            :class:`~ffcv_pairs.augment.batch_ops.BatchOp` (in YAML, a list of
+            ``class_path``/``init_args``); see docs/batch-ops.md.
         eval_augment: What validation, test and predict batches get (deterministic ops
             only: set ``center`` on a crop). Default: derived from ``augment``, with the
             same output size (its ``crop`` or ``resized_crop``, taken from the centre)
@@ -114,6 +121,7 @@ class PairDataModule(L.LightningDataModule):
         seed: int = 0,
         augment: PairAugment | None = None,
         eval_augment: PairAugment | None = None,
+        batch_ops: Sequence[BatchOp] | None = None,
         num_threads: int | None = None,
         window_bytes: int = DEFAULT_WINDOW_BYTES,
         batches_ahead: int = 2,
@@ -162,6 +170,7 @@ class PairDataModule(L.LightningDataModule):
             batch_size=1,
             order=order,
             augment=augment,
+            batch_ops=batch_ops,
             num_threads=num_threads,
             device=device,
             **self.loader_options,
@@ -179,7 +188,7 @@ class PairDataModule(L.LightningDataModule):
                 f"would change with the epoch: give deterministic ops (center=True for a crop "
                 f"or resized crop; no flips, translate or photometric jitter)"
             )
-        self.save_hyperparameters(ignore=["augment", "eval_augment"])
+        self.save_hyperparameters(ignore=["augment", "eval_augment", "batch_ops"])
         self.train_streams, self.epoch_size = train_streams, epoch_size
         self.paths = {
             "train": train_path if train_streams is None else str(train_streams[0].path),
@@ -189,6 +198,7 @@ class PairDataModule(L.LightningDataModule):
         }
         self.global_batch_size, self._batch_size = global_batch_size, batch_size
         self.order, self.augment, self.eval_augment = order, augment, eval_augment
+        self.batch_ops = batch_ops
         self.num_threads, self.device = num_threads, device
         self._loaders: dict[str, PairLoader] = {}
 
@@ -252,6 +262,7 @@ class PairDataModule(L.LightningDataModule):
             order=self.order if train else "sequential",
             drop_last=train,
             augment=self.augment if train else self.eval_augment,
+            batch_ops=self.batch_ops if train else None,
             device=self._device(),
             num_threads=threads,
             rank=rank,

@@ -115,9 +115,11 @@ class SiamesePairClassifier(L.LightningModule):
     def _step(self, batch: Any, split: str) -> torch.Tensor:
         a, b, label = batch[:3]  # any extra fields after the label are not this model's
         logits = self(a, b)
+        # Soft targets (MixUp, CutMix: float (n, classes)) are probabilities cross_entropy
+        # takes as they are; accuracy counts each row's larger share as its class.
         loss = nn.functional.cross_entropy(logits, label)
         metric: MulticlassAccuracy = self.metrics[f"{split}_acc"]  # type: ignore[assignment]
-        metric(logits, label)
+        metric(logits, label.argmax(1) if label.is_floating_point() else label)
         on_step = split == "train"
         self.log(
             f"{split}/loss",

@@ -34,17 +34,17 @@ from ffcv.pipeline.operation import Operation
 from ..augment.config import PairAugment
 from ..format.joined import dataset_stats
 from ..format.schema import PairSchema
-from .batches import batch_type, named_batch
 from .budget import check_budget, estimate_memory
 from .delivery.engines import CopyEngine, CudaEngine
 from .delivery.stage import DeviceStage
 from .devices import resolve_device
 from .elastic import EpochPosition, batches_in, resume_epoch, resumed_order
+from .handout import Handout
 from .index import PageIndex
 from .memory import PairOSCacheManager, PairProcessCacheManager
 from .mixing import EpochSamples, absolute_source, open_streams
 from .node_order import loader_spec
-from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, LoaderConfig, make_loader_doc
+from .options import DEFAULT_PREFETCH, DEFAULT_WINDOW_BYTES, BatchOp, LoaderConfig, make_loader_doc
 from .order import OrderKind, PairTraversalOrder, Partition
 from .pipeline import EpochThread, LoaderError, LoaderShim, build_graph
 from .prefetch import prefetch_mode
@@ -90,7 +90,6 @@ class PairLoader:
         self.reader, self.streams, mixture = open_streams(path, config)
         self.path = self.reader.path
         self.schema: PairSchema = self.reader.schema
-        self._batch_type = batch_type(self.schema)
         self.config = cfg = config.for_file(self.schema)
         self.rank, self.world_size = resolve_world(cfg.rank, cfg.world_size, cfg.distributed)
         self.num_threads = cfg.num_threads or default_num_threads(local_ranks(self.world_size))
@@ -117,6 +116,7 @@ class PairLoader:
             )
         self._clock = np.zeros(2, dtype=np.int64)  # [seed, epoch], read by augment kernels
         self._clock[0] = cfg.seed
+        self._handout = Handout(self.schema, cfg, self._clock, copy=copy_engine is None)
         memory = (PairOSCacheManager if cfg.os_cache else PairProcessCacheManager)(self.reader)
         contrast = cfg.augment is not None and cfg.augment.contrast
         stats = dataset_stats(self.reader) if contrast else None
@@ -241,10 +241,10 @@ class PairLoader:
         watch_mappings(id(self), self.path, mapped)
         try:
             for k, values in enumerate(it):  # image slots are reused: hold two batches
-                batch = named_batch(self._batch_type, values, copy=self.copy_engine is None)
+                self.last_batch_ids = rest[k * bs : (k + 1) * bs]
+                batch = self._handout(values, self.last_batch_ids)
                 state = state.advanced()
                 self._progress = state
-                self.last_batch_ids = rest[k * bs : (k + 1) * bs]
                 yield batch
             if self._active is it:  # finished, not closed by a newer epoch
                 self._progress = None
@@ -356,6 +356,7 @@ def make_loader(
     seed: int = 0,
     drop_last: bool = True,
     augment: PairAugment | None = None,
+    batch_ops: Sequence[BatchOp] | None = None,
     device: str | None = None,
     num_threads: int | None = None,
     batches_ahead: int = 2,

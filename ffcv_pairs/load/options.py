@@ -14,6 +14,7 @@ import torch
 from ffcv.pipeline.operation import Operation
 
 from .._checks import SEED_LIMIT, flag, integer, number, one_of, optional
+from ..augment.batch_ops import BatchOp, check_batch_ops
 from ..augment.config import PairAugment
 from ..augment.units import check_units, dequantizing
 from ..format.schema import PairSchema
@@ -24,6 +25,7 @@ from .order import ORDERS, PARTITIONS, OrderKind, Partition
 __all__ = [
     "DEFAULT_PREFETCH",
     "DEFAULT_WINDOW_BYTES",
+    "BatchOp",
     "LoaderConfig",
     "make_loader_doc",
     "options_doc",
@@ -74,6 +76,14 @@ class LoaderConfig:
     )
     augment: PairAugment | None = option(
         "A :class:`~ffcv_pairs.augment.config.PairAugment`, or None.", None
+    )
+    batch_ops: Sequence[BatchOp] | None = option(
+        "Ops over each whole batch, applied in order on its device after ``augment`` (and "
+        "its ``swap``): :class:`~ffcv_pairs.augment.batch_ops.BatchOp` objects, such as "
+        ":class:`~ffcv_pairs.augment.mixup.MixUp` and :class:`~ffcv_pairs.augment.mixup."
+        "CutMix`, each drawing per-sample parameters from the counter-based keys (see "
+        "docs/batch-ops.md).",
+        None,
     )
     device: str | None = option(
         "Where batches go (a name or a ``torch.device``); default ``cuda:LOCAL_RANK`` (or "
@@ -182,6 +192,7 @@ class LoaderConfig:
         put("drop_last", flag("drop_last", self.drop_last))
         if self.augment is not None and not isinstance(self.augment, PairAugment):
             raise TypeError(f"augment must be a PairAugment or None, got {self.augment!r}")
+        put("batch_ops", check_batch_ops("batch_ops", self.batch_ops))
         if self.device is not None and not isinstance(self.device, str | torch.device):
             raise TypeError(
                 f"device must be a device name such as 'cpu' or 'cuda:0', a torch.device or "

@@ -1,0 +1,78 @@
+"""``PairAugment(swap=p)``: A and B change places, per sample, with probability ``p``.
+
+The draw is ``uniform(sample_key(seed, epoch, sample, OP_SWAP, 0), 0) < p``: the same
+for a sample in every run, thread count, world size and resume. It runs as a batch op,
+on the batch's device, before the loader's own ``batch_ops``: the swapped rows of A and B
+are exchanged in place (only those rows are copied). The label is left alone unless
+``swap_label`` says how a swap changes it: a function ``(label, swapped) -> label`` of the
+batch's label and a bool tensor ``(n,)`` on its device, or its import path
+``"package.module.function"`` (what a YAML file gives).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._checks import shown
+from .batch_ops import BatchOp, replaced, to_batch_device
+
+__all__ = ["LabelSwap", "SwapAB", "label_swap"]
+
+#: How a swap changes a label: ``(label, swapped) -> label``.
+LabelSwap = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def label_swap(name: str, given: Any) -> LabelSwap | None:
+    """``given`` (None, a callable, or a ``"module.function"`` import path) as a callable.
+
+    Raises:
+        TypeError: neither. ValueError: the path does not import, or names no callable.
+    """
+    if given is None or callable(given):
+        return given
+    if not isinstance(given, str):
+        raise TypeError(
+            f"{name} must be a function (label, swapped) -> label, its import path "
+            f"'module.function', or None, got {shown(given)} ({type(given).__name__})"
+        )
+    module, _, attr = given.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attr) if module else None
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{name}={given!r} does not import: {e}") from None
+    if not callable(found):
+        raise ValueError(f"{name}={given!r} must name a function 'module.function'")
+    return found
+
+
+class SwapAB(BatchOp):
+    """A and B exchanged in the rows whose draw is below ``p``; the label changed by
+    ``label`` when given (see the module docstring)."""
+
+    draws = 1
+
+    def __init__(self, p: float, label: LabelSwap | str | None = None) -> None:
+        self.p = p
+        self.label = label_swap("augment swap_label", label)
+
+    def params(self, u: np.ndarray, batch: Any) -> torch.Tensor:
+        """The swapped rows' indices (int64, on the batch's device)."""
+        rows = np.flatnonzero(u[:, 0] < self.p)
+        return to_batch_device(torch.from_numpy(rows), batch)
+
+    def apply(self, batch: Any, params: Any) -> Any:
+        a, b = batch[0], batch[1]
+        if len(params):
+            held = a.index_select(0, params)
+            a.index_copy_(0, params, b.index_select(0, params))
+            b.index_copy_(0, params, held)
+        if self.label is None:
+            return batch
+        swapped = torch.zeros(len(a), dtype=torch.bool, device=a.device)
+        swapped[params] = True
+        return replaced(batch, {2: self.label(batch[2], swapped)})

@@ -9,7 +9,7 @@ A is a 40x40 crop of a real photograph (scikit-image's bundled images). B is the
 with fresh sensor noise and, in four of five pairs, a rectangle pasted from another
 photograph; the label is the change mask (1 on the pasted pixels). The file holds the mask
 as the label field, declared dense, so training's padded crop, flips and quarter turns
-move it with A and B: ``PairAugment(dense={"label": DenseField("mask", fill=255)})``.
+move it with A and B: ``PairAugment(dense={'label': DenseField('mask', fill=255)})``.
 The padding's pixels take the fill 255, which the loss ignores.
 
 A small siamese UNet (:class:`~ffcv_pairs.lightning.change_model.SiameseChangeUNet`) is
@@ -103,6 +103,7 @@ def train_change(
 
     from .augment.config import PairAugment
     from .augment.dense import DenseField
+    from .format.schema import PairSchema
     from .lightning.change_model import SiameseChangeUNet
     from .lightning.datamodule import PairDataModule
 
@@ -116,7 +117,7 @@ def train_change(
         geometry_paired=paired,
         normalize_mean=(120.0,),
         normalize_std=(60.0,),
-        dense={"label": DenseField("mask", fill=255)},
+        dense={PairSchema.LABEL_FIELD: DenseField("mask", fill=255)},  # the change mask
     )
     data = PairDataModule(
         str(train_path), str(val_path), batch_size=batch_size, augment=augment, num_threads=2

@@ -31,7 +31,7 @@ import yaml
 
 from .augment.config import PairAugment, image_axes
 from .augment.evaluation import eval_pipeline
-from .format.schema import ArraySpec
+from .format.schema import ArraySpec, PairSchema
 
 __all__ = ["WarmupReport", "augment_from_config", "warmup"]
 
@@ -101,8 +101,9 @@ def warmup(
     with tempfile.TemporaryDirectory(prefix="ffcv-pairs-warmup-") as folder:
         path = Path(folder) / "warmup.beton"
         a, b = _images(32, shape, dtype)
-        fields = {"label": np.arange(32), **_dense_fields(augment, shape, dtype, 32)}
-        source = ArraySource(a, b, fields.pop("label"), "warmup", **fields)
+        label = PairSchema.LABEL_FIELD
+        fields = {label: np.arange(32), **_dense_fields(augment, shape, dtype, 32)}
+        source = ArraySource(a, b, fields.pop(label), "warmup", **fields)
         write_pairs(source, path, workers=1, codec=codec, progress=False)
         for aug in pipelines.values():
             for n in threads:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from ..format.schema import channel_axis
+from ..format.schema import PairSchema, channel_axis
 
 __all__ = [
     "Channels",
@@ -67,7 +67,7 @@ def field_name(batch: Any, index: int) -> str:
 
 
 def spatial_size(
-    image: torch.Tensor, channels: Channels, op: str, name: str = "A"
+    image: torch.Tensor, channels: Channels, op: str, name: str = PairSchema.IMAGE_FIELDS[0]
 ) -> tuple[int, int, Literal["first", "last", "none"]]:
     """``(H, W, where the channels are)`` of an image batch ``(n, C, H, W)``, ``(n, H, W,
     C)`` or ``(n, H, W)``: ``channels`` as given, or for ``auto`` read from the shape

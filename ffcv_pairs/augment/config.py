@@ -108,7 +108,7 @@ class PairAugment:
             where the loader knows it, is refused.
         out_dtype: Output dtype; default float32 when normalizing, else unchanged.
         channels: ``auto``, ``first`` (C,H,W) or ``last`` (H,W,C).
-        dense: Per-pixel fields that follow the geometry, by name: ``{"label": "mask"}``, or
+        dense: Per-pixel fields that follow the geometry, by name: ``{'label': 'mask'}``, or
             a :class:`~ffcv_pairs.augment.dense.DenseField` (``mask``, ``disparity`` or
             ``flow``, and the ``fill`` of pixels from outside the image); see
             :mod:`~ffcv_pairs.augment.dense`. Undeclared fields shaped like the images

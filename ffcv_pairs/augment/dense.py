@@ -1,7 +1,7 @@
 """Dense labels that follow the geometry: a mask, a disparity or a flow map per pixel.
 
-Declared per field in :class:`~ffcv_pairs.augment.config.PairAugment` (``dense={"label":
-"mask"}``, or ``{"label": DenseField("mask", fill=255)}``). Such a field takes its sample's
+Declared per field in :class:`~ffcv_pairs.augment.config.PairAugment` (``dense={'label':
+'mask'}``, or ``{'label': DenseField('mask', fill=255)}``). Such a field takes its sample's
 one placement, the crop, flips, turns, shift and resized crop of A (and of B, when the
 geometry is paired), by nearest sampling (:mod:`~ffcv_pairs.kernels.nearest`), and its
 values change as the geometry says for its kind:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .._checks import integer, number, one_of, optional
+from ..format.schema import PairSchema
 from ..kernels.betas import beta_quantile
 from .batch_ops import BatchOp, on_device, replaced, to_batch_device
 from .blending import (
@@ -141,7 +142,7 @@ class CutMix(_PairMix):
 
     def params(self, u: np.ndarray, batch: Any) -> Boxes:
         h, w, _ = spatial_size(batch[0], self.channels, "CutMix")
-        hb, wb, _ = spatial_size(batch[1], self.channels, "CutMix", "B")
+        hb, wb, _ = spatial_size(batch[1], self.channels, "CutMix", PairSchema.IMAGE_FIELDS[1])
         if (hb, wb) != (h, w):
             raise ValueError(f"CutMix needs A and B of one size, got {(h, w)} and {(hb, wb)}")
         box = cut_boxes(u, self.weights(u), h, w)

@@ -37,8 +37,9 @@ __all__ = [
 #: The next use of a shard that is not used again.
 NEVER = np.iinfo(np.int64).max
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_PREFIXES = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_PREFIXES |= {"KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+_UNITS = {"": 1} | {f"{prefix}B": size for prefix, size in _PREFIXES.items()}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 

@@ -1,6 +1,6 @@
 """Upstream FFCV ``Operation``\\ s appended per field, as FFCV users write them today::
 
-    make_loader(path, batch_size=64, field_ops={"A": [MyOp()], "label": [OtherOp()]})
+    make_loader(path, batch_size=64, field_ops={'A': [MyOp()], 'label': [OtherOp()]})
 
 Each field's ops run, in order, after this package's CPU ops (the decoder, the built-in
 augmentation and any ``user_ops``) and before ``ToTensor``; normalisation and the output dtype

@@ -161,7 +161,7 @@ class LoaderConfig:
         default=None,
         compare=False,
         metadata={
-            "doc": 'Upstream FFCV ``Operation``\\ s appended per field (``{"A": [MyOp()]}``), '
+            "doc": "Upstream FFCV ``Operation``\\ s appended per field (``{'A': [MyOp()]}``), "
             "after this package's CPU ops and before ``ToTensor``. Not paired, and not keyed by "
             "sample: their draws change with threads and resumes (see ``docs/user-ops.md``)."
         },

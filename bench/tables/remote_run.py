@@ -309,6 +309,7 @@ def run_live(cfg: LiveConfig, work: Path, extras: bool) -> dict[str, Any]:
     """Write, upload, then ``cfg.rounds`` interleaved rounds of every peer that can run."""
     from bench.extras.remote_peers import MARK, peers_python
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     python, why = peers_python() if extras else (None, "--no-extras")

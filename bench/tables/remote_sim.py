@@ -261,7 +261,10 @@ def _figures(
             "later_max": max(later) if later else None,
             "peak_max": max(e["peak"] for r in runs for e in r) / share,
         })  # fmt: skip
-    return {"cache": cache_rows, **quality}
+    # Opening a remote dataset reads each shard's skeleton on every node: its first page
+    # (the header's; data starts on a page) and its allocation table (48 bytes a pair).
+    skeleton = len(sizes) * sim.page_samples * sim.sample_bytes + 48 * sim.samples
+    return {"cache": cache_rows, "opening": skeleton / share, **quality}
 
 
 def _orders(windows: tuple[int, ...]) -> list[tuple[str, int | None]]:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TARGET", "remote_lines", "run_remote", "write_remote_report"]
+__all__ = ["TARGET", "live_rates", "remote_lines", "run_remote", "write_remote_report"]
 
 #: With ``partition="node"``, a node downloads at most this many times its share an epoch
 #: after the first.
@@ -57,12 +57,11 @@ def _sim_target(sim: dict[str, Any]) -> list[str]:
                 if worst is not None and worst <= TARGET and not refused
                 else "MISS"
             )
+            measured = [f"{_f(worst)}x at {[n for n, _ in ran]} nodes"] if ran else []
+            measured += [f"refused at {refused} nodes"] if refused else []
             lines.append(
                 f'| `partition="node"`, window {window} pages, cache limit {_limit(fraction)} | '
-                f"<= {TARGET}x share / epoch after the first | "
-                f"{_f(worst)}x at {[n for n, _ in ran]} nodes"
-                + (f"; refused at {refused} nodes" if refused else "")
-                + f" | {verdict} |"
+                f"<= {TARGET}x share / epoch after the first | {'; '.join(measured)} | {verdict} |"
             )
     return lines
 
@@ -74,17 +73,33 @@ def _median_range(values: list[float], scale: float = 1.0, digits: int = 0) -> s
     return f"{statistics.median(v):,.{digits}f} ({min(v):,.{digits}f}-{max(v):,.{digits}f})"
 
 
+def live_rates(answers: list[dict[str, Any]], epochs: int) -> dict[str, Any]:
+    """Aggregate pairs/s of each epoch (all ranks' samples over first start to last end),
+    and of the whole run from the first rank's construction on."""
+    out: dict[str, Any] = {"epochs": []}
+    for e in range(epochs):
+        got = [a["epochs"][e] for a in answers]
+        wall = max(g["end"] for g in got) - min(g["start"] for g in got)
+        out["epochs"].append(sum(g["samples"] for g in got) / max(wall, 1e-9))
+    total = sum(g["samples"] for a in answers for g in a["epochs"])
+    wall = max(a["epochs"][-1]["end"] for a in answers) - min(a["built"] for a in answers)
+    out["total"] = total / max(wall, 1e-9)
+    out["samples"] = total
+    return out
+
+
 def _live_stats(live: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {}
     for run in live["runs"]:
         s = out.setdefault(run["peer"], {"total": [], "e0": [], "e1": [], "fetched": [],
                                          "peak": [], "final": [], "failed": []})  # fmt: skip
-        if "rates" not in run:
+        if not run["complete"]:
             s["failed"].append(1)
             continue
-        s["total"].append(run["rates"]["total"])
-        s["e0"].append(run["rates"]["epochs"][0])
-        s["e1"].append(run["rates"]["epochs"][-1])
+        rates = live_rates(run["answers"], live["config"]["epochs"])
+        s["total"].append(rates["total"])
+        s["e0"].append(rates["epochs"][0])
+        s["e1"].append(rates["epochs"][-1])
         s["fetched"].append(sum(run["fetched"]))
         s["peak"].append(max(run["cache_peak"]))
         s["final"].append(max(run["cache_final"]))
@@ -211,6 +226,15 @@ def _live_lines(live: dict[str, Any]) -> list[str]:
             + f" | {' / '.join(map(str, run['gets']))} | "
             + " / ".join(f"{b / _MB:.1f}" for b in run["cache_peak"])
             + f" | {'; '.join(run['errors'])[:200] or '—'} |"
+        )
+    parts = [r["ours_cache"] for r in live["runs"] if r.get("ours_cache")]
+    if parts:
+        data = max(p["data"] for r in parts for p in r) / _MB
+        meta = max(p["meta"] for r in parts for p in r) / _MB
+        lines.append(
+            f"\nffcv-pairs' cache on a node: {data:.1f} MB of its shards (`data/`) and {meta:.1f} "
+            "MB of skeletons (`meta/`: each shard's first page, the header's, and its allocation "
+            "table, for every shard of the dataset), max over nodes and rounds."
         )
     for key, note in live["notes"].items():
         lines.append(f"\n*{key}*: {note}")

@@ -279,7 +279,13 @@ def _one_run(
             lines = [ln for ln in text.splitlines() if ln.strip()]
             errors.append(f"{path.name}: {lines[-1] if lines else 'no output'}")
     caches = [_du(root / f"node{p}" / "cache") for p in range(cfg.nodes)]
+    ours = [
+        {part: sum(_du(d) for d in (root / f"node{p}" / "cache").glob(f"*/{part}"))
+         for part in ("data", "meta")}
+        for p in range(cfg.nodes)
+    ] if peer == "ffcv-pairs" else None  # fmt: skip
     return {
+        "ours_cache": ours,
         "peer": peer,
         "answers": answers,
         "errors": (["timed out"] if timed_out else []) + errors,
@@ -288,21 +294,6 @@ def _one_run(
         "cache_final": caches,
         "cache_peak": [max(a, b) for a, b in zip(peaks, caches, strict=True)],
     }
-
-
-def _rates(answers: list[dict[str, Any]], epochs: int) -> dict[str, Any]:
-    """Aggregate pairs/s of each epoch (all ranks' samples over first start to last end),
-    and of the whole run from the first rank's construction on."""
-    out: dict[str, Any] = {"epochs": []}
-    for e in range(epochs):
-        got = [a["epochs"][e] for a in answers]
-        wall = max(g["end"] for g in got) - min(g["start"] for g in got)
-        out["epochs"].append(sum(g["samples"] for g in got) / max(wall, 1e-9))
-    total = sum(g["samples"] for a in answers for g in a["epochs"])
-    wall = max(a["epochs"][-1]["end"] for a in answers) - min(a["built"] for a in answers)
-    out["total"] = total / max(wall, 1e-9)
-    out["samples"] = total
-    return out
 
 
 def run_live(cfg: LiveConfig, work: Path, extras: bool) -> dict[str, Any]:
@@ -331,6 +322,13 @@ def run_live(cfg: LiveConfig, work: Path, extras: bool) -> dict[str, Any]:
     for peer in PEERS[1:]:
         if peer not in peers_out:
             notes[peer] = str(why)
+    if peers_out:
+        from bench.extras.remote_peers import VERSIONS
+
+        notes["versions"] = ", ".join(f"{k} {v}" for k, v in VERSIONS.items()) + (
+            "; LitData without obstore, its preferred S3 client, which refuses moto's http:// "
+            "endpoint (LitData builds its S3Store without allow_http): LitData's boto3 path"
+        )
     if not ns:
         notes["namespaces"] = "unshare -m failed: the nodes share /dev/shm and TMPDIR"
     ends = [_Counted() for _ in range(cfg.nodes)]
@@ -342,10 +340,9 @@ def run_live(cfg: LiveConfig, work: Path, extras: bool) -> dict[str, Any]:
             for peer in peers[r % len(peers) :] + peers[: r % len(peers)]:
                 run = _one_run(cfg, peer, ends, work, python, ns)
                 run["round"] = r
-                if len(run["answers"]) == cfg.nodes * cfg.ranks_per_node:
-                    run["rates"] = _rates(run["answers"], cfg.epochs)
-                log.info("remote run: round %d %s: %s fetched %s, errors %s", r, peer,
-                         run.get("rates"), run["fetched"], run["errors"])  # fmt: skip
+                run["complete"] = len(run["answers"]) == cfg.nodes * cfg.ranks_per_node
+                log.info("remote run: round %d %s: fetched %s, errors %s", r, peer,
+                         run["fetched"], run["errors"])  # fmt: skip
                 runs.append(run)
     finally:
         for end in ends:

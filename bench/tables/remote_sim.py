@@ -55,6 +55,7 @@ __all__ = [
     "cache_epochs",
     "lru_epochs",
     "node_plans",
+    "ours_epoch",
     "simulate_caches",
     "smoke_cache_sim",
 ]
@@ -160,7 +161,11 @@ def cache_epochs(
     return out
 
 
-def _seqs_ours(cfg: SimConfig, data: Dataset, nodes: int, partition: str, epoch: int) -> list:
+def ours_epoch(
+    cfg: SimConfig, data: Dataset, nodes: int, partition: str, epoch: int
+) -> list[np.ndarray]:
+    """Every rank's sample sequence of ``epoch`` (node-major ranks), from the loader's
+    :func:`~ffcv_pairs.load.node_order.rank_order`, quasi-random, ``drop_last``."""
     world = nodes * cfg.ranks_per_node
     node = partition == "node"
     specs = [
@@ -306,8 +311,8 @@ def simulate_caches(cfg: CacheSimConfig, work: Path, extras: bool) -> dict[str, 
                     mosaic.update(version=answer["version"], block_size=answer["block_size"])
                     per_epoch = [mosaic_rank_seqs(np.load(f)) for f in answer["files"]]
                 else:
-                    ours = replace(sim, window_pages=window)
-                    per_epoch = [_seqs_ours(ours, data, nodes, order, e) for e in range(sim.epochs)]
+                    ours = replace(sim, window_pages=window or sim.window_pages)
+                    per_epoch = [ours_epoch(ours, data, nodes, order, e) for e in range(sim.epochs)]
                 row = _figures(cfg, per_epoch, data, lru=order == "mosaic")
                 rows.append({"shards": shards, "nodes": nodes, "order": order, "window": window,
                              **row})  # fmt: skip

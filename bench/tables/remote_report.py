@@ -202,7 +202,7 @@ def _live_lines(live: dict[str, Any]) -> list[str]:
         'partition="node", cache_dir=...)`; Mosaic: `StreamingDataset(remote=..., local=..., '
         "shuffle=True, num_canonical_nodes=2)`; LitData: `StreamingDataset(Dir(path, url), "
         "shuffle=True)`; each under a `DataLoader` with no workers (the peers) or as it is "
-        "(ours). Stored: "
+        "(ours). Stored (object bytes): "
         + ", ".join(f"{k} {v / _MB:.1f} MB" for k, v in live["stored"].items())
         + ".",
         "",

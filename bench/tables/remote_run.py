@@ -347,7 +347,11 @@ def run_live(cfg: LiveConfig, work: Path, extras: bool) -> dict[str, Any]:
     finally:
         for end in ends:
             end.stop()
-    sizes = {"ffcv-pairs": _du(work / "ours"), **{k: _du(v) for k, v in peers_out.items()}}
+    # What went up: object bytes (a .beton on local disk is sparse where pages are padded).
+    stored = {"ffcv-pairs": work / "ours", **peers_out}
+    sizes = {
+        k: sum(p.stat().st_size for p in v.rglob("*") if p.is_file()) for k, v in stored.items()
+    }
     return {"config": asdict(cfg), "runs": runs, "notes": notes, "stored": sizes,
             "shard_bytes": shard_bytes, "namespaces": ns}  # fmt: skip
 

@@ -195,7 +195,8 @@ def _live_lines(live: dict[str, Any]) -> list[str]:
         "",
         f"{cfg['pairs']:,} pairs of uint8{list(cfg['shape'])} ({cfg['pairs'] * pair / _MB:,.0f} "
         f"MB of images), {cfg['shards']} ffcv-pairs shards of {live['shard_bytes'] / _MB:.1f} MB "
-        f"(pages of {cfg['page_bytes'] // 1024} KiB; the peers' shards are that size too), on "
+        f"(pages of {cfg['page_bytes'] // 1024} KiB; the peers' writers cap their shards at "
+        f"that size), on "
         f"moto's S3 server on 127.0.0.1; {cfg['nodes']} nodes x {cfg['ranks_per_node']} ranks, "
         f"batch {cfg['batch_size']}, {cfg['epochs']} epochs from empty caches, no cache limit, "
         f"{cfg['rounds']} interleaved rounds. ffcv-pairs: `make_loader(s3 URL, "

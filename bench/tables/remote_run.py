@@ -3,8 +3,8 @@ Mosaic Streaming and LitData, each with its own remote reader and node cache.
 
 Part of ``python -m bench --remote`` (:mod:`bench.tables.remote_sim` is the other part)::
 
-    .venv/bin/python -m bench --remote --no-sim             # this run alone (a few minutes)
-    .venv/bin/python -m bench --remote --no-sim --smoke     # 4,000 pairs, one round
+    .venv/bin/python -m bench --remote live             # this run alone (a few minutes)
+    .venv/bin/python -m bench --remote live --smoke     # 4,000 pairs, one round
 
 What runs: seeded pairs are written as ffcv-pairs shards (a manifest), as Mosaic's MDS
 shards and as LitData chunks of about the same size (each by its own writer; the peers in

@@ -20,8 +20,8 @@ epochs; each epoch's evictions know only that epoch's plan, as the loader's do.
 
 Run it (from the repository root)::
 
-    .venv/bin/python -m bench --remote --no-live            # the simulation alone
-    .venv/bin/python -m bench --remote --no-live --smoke    # 200k samples, 8 and 64 nodes
+    .venv/bin/python -m bench --remote sim          # the simulation alone
+    .venv/bin/python -m bench --remote sim --smoke  # 200k samples, 8 and 64 nodes
 """
 
 from __future__ import annotations

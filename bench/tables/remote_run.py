@@ -17,7 +17,10 @@ are processes with the environment each library reads (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``; LitData's ``GLOBAL_RANK`` and ``NNODES``; Mosaic joins
 a gloo group of the 4 ranks, as it does under torchrun). Every rank reads ``epochs`` epochs,
 shuffled, batch ``batch_size``, no worker processes (2 cores, 4 ranks); each run starts
-with empty caches. Rounds interleave the three, rotating their order.
+with empty caches. Rounds interleave the three, rotating their order. Each rank of ours is
+a process of this module, started by :func:`run_live`::
+
+    .venv/bin/python -m bench.tables.remote_run rank SPEC_JSON
 """
 
 from __future__ import annotations

@@ -533,7 +533,7 @@ def test_the_cache_simulation_keeps_its_invariants() -> None:
     sample, worked out by hand."""
     from bench.tables.node_order_sim import SimConfig, make_dataset
     from bench.tables.remote_sim import cache_epochs, lru_epochs, node_plans, ours_epoch
-    from ffcv_pairs.load.cache_plan import needed_bytes
+    from ffcv_pairs.load.cache_plan import Plan, needed_bytes
 
     sim = SimConfig(40_000, (40,), page_samples=100, nodes=(2,), ranks_per_node=2,
                     batch_size=64, window_pages=4, canonical_nodes=2, epochs=3)  # fmt: skip
@@ -560,6 +560,13 @@ def test_the_cache_simulation_keeps_its_invariants() -> None:
                 assert belady[e]["peak"] <= limit and lru[e]["peak"] <= limit
                 assert belady[e]["downloaded"] >= sizes[shards].sum() - (limit if e else 0)
             assert sum(e["fetches"] for e in belady) <= sum(e["fetches"] for e in lru)
+    # Steps read shards 1, 0, 1, 2, 0 with room for two: at step 3 least-recently-used drops
+    # shard 0 (read at step 1; shard 1 at step 2) and fetches it again at step 4; Belady drops
+    # shard 1, never read again.
+    by_hand = Plan(np.arange(6), np.asarray([1, 0, 1, 2, 0]))
+    two = np.asarray([10, 10, 10])
+    assert [e["fetches"] for e in cache_epochs([by_hand], two, 20, "lru")] == [4]
+    assert [e["fetches"] for e in cache_epochs([by_hand], two, 20, "belady")] == [3]
     with pytest.raises(ValueError, match="policy 'fifo' is not one of"):
         cache_epochs([], sizes, None, "fifo")
 

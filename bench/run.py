@@ -23,6 +23,7 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --first-batch --first-batch-tree /tmp/before  # + an older tree
     .venv/bin/python -m bench --shards                # 1, 30, 300 shards vs one file; conversion
     .venv/bin/python -m bench --node-order            # node-local order simulated, vs Mosaic
+    .venv/bin/python -m bench --remote                # node caches simulated; S3 vs the peers
     .venv/bin/python -m bench --user-scale 200000     # the user's day, about 20 minutes
     .venv/bin/python -m bench --user-scale-sizes 100000,300000,1000000,3000000  # one source
 
@@ -143,6 +144,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="only the node-order report: what each of 8-64 simulated nodes reads an epoch and "
         "the shuffle quality, global and node-local order against Mosaic's py1e, no files "
         "(bench/tables/node_order_sim.py); with --smoke, 200k samples; --no-extras: no Mosaic",
+    )
+    p.add_argument(
+        "--remote",
+        choices=("all", "sim", "live"),
+        nargs="?",
+        const="all",
+        help="only the remote report: node caches over 8-64 simulated nodes, and 2 nodes x 2 "
+        "ranks on moto's S3 against Mosaic and LitData (bench/tables/remote_report.py)",
     )
     p.add_argument(
         "--user-scale",
@@ -298,29 +307,6 @@ def _shards(args: argparse.Namespace, argv: list[str] | None) -> int:
     return 0
 
 
-def _node_order(args: argparse.Namespace, argv: list[str] | None) -> int:
-    from dataclasses import replace
-
-    from bench.core.machine import describe_machine
-    from bench.core.settings import BENCH_DIR
-    from bench.tables.node_order_report import write_node_order_report
-    from bench.tables.node_order_sim import SimConfig, simulate, smoke_sim
-
-    try:
-        cfg = smoke_sim() if args.smoke else SimConfig()
-        cfg = replace(cfg, **({"samples": args.n} if args.n else {}), seed=args.seed or 0)
-    except ValueError as e:
-        sys.stderr.write(f"bench: --node-order: {e}\n")
-        return 2
-    res = simulate(cfg, (args.work or BENCH_DIR / ".work") / "node-order", not args.no_extras)
-    res["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    machine = describe_machine()
-    res.update(commit=machine["commit"], numpy=machine["numpy"])
-    date = args.date or datetime.date.today().isoformat()
-    sys.stdout.write(f"{write_node_order_report(res, args.out or BENCH_DIR / 'results', date)}\n")
-    return 0
-
-
 def _user_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     from bench.scale.user_scale import UserScaleConfig, check_user_scale, run_user_scale
 
@@ -363,7 +349,10 @@ def _single_report(args: argparse.Namespace, argv: list[str] | None) -> int | No
         return _jpeg(args)
     if args.first_batch or args.first_batch_tree:
         return _first_batch(args, argv)
-    reports = {"shards": _shards, "node_order": _node_order}
+    from bench.tables.node_order_report import run_node_order
+    from bench.tables.remote_report import run_remote
+
+    reports = {"shards": _shards, "node_order": run_node_order, "remote": run_remote}
     for flag_name, report in reports.items():
         if getattr(args, flag_name):
             return report(args, argv)

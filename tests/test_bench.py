@@ -522,3 +522,86 @@ def test_node_order_smoke_writes_the_report_and_node_rows_keep_to_their_stretch(
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "samples 1000 is too few" in bad.stderr
+
+
+def test_the_cache_simulation_keeps_its_invariants() -> None:
+    """The node cache simulated over the loader's own orders and planner: with no limit each
+    shard a node reads is downloaded once, whatever the epochs (the union of the shards its
+    plans read); under a limit the cache never holds more, downloads at least what each
+    epoch reads, and Belady never downloads more than least-recently-used (one shard size);
+    a node downloads at least the bytes of the samples it reads. Mosaic's rule, sample by
+    sample, worked out by hand."""
+    from bench.tables.node_order_sim import SimConfig, make_dataset
+    from bench.tables.remote_sim import cache_epochs, lru_epochs, node_plans, ours_epoch
+    from ffcv_pairs.load.cache_plan import Plan, needed_bytes
+
+    sim = SimConfig(40_000, (40,), page_samples=100, nodes=(2,), ranks_per_node=2,
+                    batch_size=64, window_pages=4, canonical_nodes=2, epochs=3)  # fmt: skip
+    data = make_dataset(sim, 40)
+    sizes = data.shard_sizes * sim.sample_bytes
+    offsets = np.concatenate([[0], np.cumsum(data.shard_sizes)])
+    for partition in ("global", "node"):
+        seqs = [ours_epoch(sim, data, 2, partition, e) for e in range(sim.epochs)]
+        plans = [node_plans(s, offsets, 2, sim.batch_size) for s in seqs]
+        for p in range(2):
+            mine = [e[p] for e in plans]
+            read = [np.unique(plan.shards) for plan in mine]
+            free = cache_epochs(mine, sizes, None)
+            assert (
+                sum(e["downloaded"] for e in free) == sizes[np.unique(np.concatenate(read))].sum()
+            )
+            assert free[0]["downloaded"] >= sim.sample_bytes * sum(
+                len(q) for q in seqs[0][2 * p : 2 * p + 2]
+            )
+            limit = max(needed_bytes(plan, sizes) for plan in mine)  # the least allowed
+            assert limit < sizes[read[0]].sum(), "a limit that makes the cache evict"
+            belady, lru = (cache_epochs(mine, sizes, limit, rule) for rule in ("belady", "lru"))
+            for e, shards in enumerate(read):
+                assert belady[e]["peak"] <= limit and lru[e]["peak"] <= limit
+                assert belady[e]["downloaded"] >= sizes[shards].sum() - (limit if e else 0)
+            assert sum(e["fetches"] for e in belady) <= sum(e["fetches"] for e in lru)
+    # Steps read shards 1, 0, 1, 2, 0 with room for two: at step 3 least-recently-used drops
+    # shard 0 (read at step 1; shard 1 at step 2) and fetches it again at step 4; Belady drops
+    # shard 1, never read again.
+    by_hand = Plan(np.arange(6), np.asarray([1, 0, 1, 2, 0]))
+    two = np.asarray([10, 10, 10])
+    assert [e["fetches"] for e in cache_epochs([by_hand], two, 20, "lru")] == [4]
+    assert [e["fetches"] for e in cache_epochs([by_hand], two, 20, "belady")] == [3]
+    with pytest.raises(ValueError, match="policy 'fifo' is not one of"):
+        cache_epochs([], sizes, None, "fifo")
+
+    # Two ranks read ids of shards 0, 1, 0, 1 (of 10 samples each) in turn: 0 1 | 1 0 | ...
+    seq = np.asarray
+    off, size = np.asarray([0, 10, 20]), np.asarray([100, 100])
+    one = [[seq([0, 10]), seq([11, 1])]]
+    assert lru_epochs(one, off, size, None) == [{"downloaded": 200, "peak": 200, "fetches": 2}]
+    # read as 0, 11, 10, 1 -> shards 0, 1, 1, 0: one shard of room refetches shard 0
+    assert lru_epochs(one, off, size, 100) == [{"downloaded": 300, "peak": 100, "fetches": 3}]
+    with pytest.raises(ValueError, match="limit 50 bytes is below shard 0's 100 bytes"):
+        lru_epochs(one, off, size, 50)
+
+
+def test_remote_sim_smoke_writes_the_report(tmp_path: Path) -> None:
+    """``python -m bench --remote sim --smoke --no-extras``: a row per (nodes, order,
+    window), a cell per limit, the target judged per limit."""
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "bench", "--remote", "sim", "--smoke", "--no-extras"]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out), "--work", str(tmp_path / "work"), "--date", "2026-01-01"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    md = (out / "remote-2026-01-01.md").read_text()
+    for heading in ("## Targets", "## 1. Simulated nodes"):
+        assert heading in md
+    res = json.loads((out / "remote-2026-01-01.json").read_text())
+    got = {(r["nodes"], r["order"], r["window"]) for r in res["sim"]["rows"]}
+    assert got == {(p, o, w) for p in (8, 64) for o in ("global", "node") for w in (32, 4)}
+    for r in res["sim"]["rows"]:
+        assert [c["limit"] for c in r["cache"]] == [None, 1.0, 0.5]
+        free = r["cache"][0]
+        assert not free["refused"] and free["first_max"] >= 1 - 1e-9, free
+    assert md.count('| `partition="node"`') == 6

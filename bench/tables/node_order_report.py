@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TARGET", "node_order_lines", "write_node_order_report"]
+__all__ = ["TARGET", "node_order_lines", "run_node_order", "write_node_order_report"]
 
 #: With ``partition="node"``, a node reads at most this many times its share an epoch.
 TARGET = 1.1
@@ -183,3 +186,27 @@ def write_node_order_report(res: dict[str, Any], out: Path, date: str) -> Path:
     md.write_text("\n".join(node_order_lines(res)))
     (out / f"node-order-{date}.json").write_text(json.dumps(res, indent=1))
     return md
+
+
+def run_node_order(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``python -m bench --node-order``: simulate, write the report, print its path; 2 on a
+    bad size (one line on stderr)."""
+    from dataclasses import replace
+
+    from bench.core.machine import describe_machine
+    from bench.core.settings import BENCH_DIR
+    from bench.tables.node_order_sim import SimConfig, simulate, smoke_sim
+
+    try:
+        cfg = smoke_sim() if args.smoke else SimConfig()
+        cfg = replace(cfg, **({"samples": args.n} if args.n else {}), seed=args.seed or 0)
+    except ValueError as e:
+        sys.stderr.write(f"bench: --node-order: {e}\n")
+        return 2
+    res = simulate(cfg, (args.work or BENCH_DIR / ".work") / "node-order", not args.no_extras)
+    res["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    machine = describe_machine()
+    res.update(commit=machine["commit"], numpy=machine["numpy"])
+    date = args.date or datetime.date.today().isoformat()
+    sys.stdout.write(f"{write_node_order_report(res, args.out or BENCH_DIR / 'results', date)}\n")
+    return 0

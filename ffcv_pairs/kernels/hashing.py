@@ -19,6 +19,7 @@ __all__ = [
     "OP_GEOMETRY",
     "OP_NOISE",
     "OP_USER",
+    "PHOTO_OP_IDS",
     "below",
     "key3",
     "mix64",
@@ -26,6 +27,7 @@ __all__ = [
     "randint",
     "sample_key",
     "uniform",
+    "uniform_rows",
 ]
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -35,6 +37,22 @@ OP_GEOMETRY, OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE = 1, 2, 3, 4
 #: The ops of the user's own: the k-th of a ``PairAugment``'s ``user_ops`` is ``OP_USER + k``,
 #: above every built-in id.
 OP_USER = 1 << 16
+#: The per-sample photometric ops that run through the drawn-op driver (``augment/photo_ops``),
+#: by option name: after the four above, below ``OP_USER``.
+PHOTO_OP_IDS = {
+    "color_jitter": 5,
+    "saturation": 6,
+    "hue": 7,
+    "gamma": 8,
+    "grayscale": 9,
+    "autocontrast": 10,
+    "equalize": 11,
+    "sharpness": 12,
+    "posterize": 13,
+    "solarize": 14,
+    "invert": 15,
+    "channel_shuffle": 16,
+}
 
 
 @nb.njit(cache=True, nogil=True)
@@ -87,3 +105,15 @@ def normal(key, k):  # pragma: no cover - JIT
     u1 = uniform(key, 2 * k)
     u2 = uniform(key, 2 * k + 1)
     return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
+
+
+@nb.njit(cache=True, nogil=True)
+def uniform_rows(ids, clock, op, key_tag, count):  # pragma: no cover - JIT
+    """``out[i, k] = uniform(sample_key(clock[0], clock[1], ids[i], op, key_tag), k)``: the
+    ``count`` uniforms of each sample of a batch, as ``(len(ids), count)`` float64."""
+    out = np.empty((len(ids), count), np.float64)
+    for i in range(len(ids)):
+        key = sample_key(clock[0], clock[1], ids[i], op, key_tag)
+        for k in range(count):
+            out[i, k] = uniform(key, k)
+    return out

@@ -29,43 +29,67 @@ def finish(v, low, high, rounds):  # pragma: no cover - JIT
     return min(max(v, low), high)
 
 
+GAMMA, INVERT, SOLARIZE, POSTERIZE = 0, 1, 2, 3  # the per-value ops of :func:`_value_op`
+
+
+@nb.njit(cache=True, nogil=True)
+def _value_op(kind, x, param, low, high, rounds):  # pragma: no cover - JIT
+    """Per-value op ``kind`` of value ``x`` (before :func:`finish`)."""
+    span = high - low
+    if kind == GAMMA:
+        return low + span * max((x - low) / span, 0.0) ** param
+    if kind == INVERT or (kind == SOLARIZE and x >= param):
+        return high + low - x
+    if kind == POSTERIZE:
+        levels = 2.0**param
+        if rounds:
+            step = 256.0 / levels
+            return math.floor(x / step) * step
+        t = min(max(math.floor((x - low) / span * levels), 0.0), levels - 1.0)
+        return low + span * t / levels
+    return x
+
+
+@nb.njit(cache=True, nogil=True)
+def _map_values(image, kind, param, low, high, rounds):  # pragma: no cover - JIT
+    """:func:`_value_op` then :func:`finish` on every value of ``image``; uint8 images
+    (``rounds``) through a table of the 256 results."""
+    flat = image.reshape(image.size)
+    if rounds:
+        table = np.empty(256, image.dtype)
+        for v in range(256):
+            table[v] = finish(
+                _value_op(kind, np.float64(v), param, low, high, rounds), low, high, rounds
+            )
+        for j in range(flat.size):
+            flat[j] = table[np.int64(flat[j])]
+        return
+    for j in range(flat.size):
+        x = np.float64(flat[j])
+        flat[j] = finish(_value_op(kind, x, param, low, high, rounds), low, high, rounds)
+
+
 @nb.njit(cache=True, nogil=True)
 def gamma(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, g, low, high, rounds)``: ``t ** g`` (torchvision's ``adjust_gamma``,
     gain 1)."""
-    if params[0] == 0.0:
-        return
-    g, low, high, rounds = params[1], params[-3], params[-2], params[-1]
-    flat = image.reshape(image.size)
-    span = high - low
-    for j in range(flat.size):
-        t = max((np.float64(flat[j]) - low) / span, 0.0)
-        flat[j] = finish(low + span * t**g, low, high, rounds)
+    if params[0] != 0.0:
+        _map_values(image, GAMMA, params[1], params[-3], params[-2], params[-1])
 
 
 @nb.njit(cache=True, nogil=True)
 def invert(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, low, high, rounds)``: ``high + low - x`` (uint8: ``255 - x``)."""
-    if params[0] == 0.0:
-        return
-    low, high, rounds = params[-3], params[-2], params[-1]
-    flat = image.reshape(image.size)
-    for j in range(flat.size):
-        flat[j] = finish(high + low - np.float64(flat[j]), low, high, rounds)
+    if params[0] != 0.0:
+        _map_values(image, INVERT, 0.0, params[-3], params[-2], params[-1])
 
 
 @nb.njit(cache=True, nogil=True)
 def solarize(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, threshold, low, high, rounds)``: values at or above ``threshold`` are
     inverted (``high + low - x``), the others kept."""
-    if params[0] == 0.0:
-        return
-    threshold, low, high, rounds = params[1], params[-3], params[-2], params[-1]
-    flat = image.reshape(image.size)
-    for j in range(flat.size):
-        x = np.float64(flat[j])
-        if x >= threshold:
-            flat[j] = finish(high + low - x, low, high, rounds)
+    if params[0] != 0.0:
+        _map_values(image, SOLARIZE, params[1], params[-3], params[-2], params[-1])
 
 
 @nb.njit(cache=True, nogil=True)
@@ -73,20 +97,8 @@ def posterize(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, bits, low, high, rounds)``: keep the top ``bits`` bits of a uint8
     value (``x & ~(2 ** (8 - bits) - 1)``); floats: ``floor(t * 2**bits) / 2**bits``, ``t`` at
     most ``1 - 2**-bits`` (torchvision v2's float posterize)."""
-    if params[0] == 0.0:
-        return
-    bits, low, high, rounds = params[1], params[-3], params[-2], params[-1]
-    flat = image.reshape(image.size)
-    levels = 2.0**bits
-    span = high - low
-    for j in range(flat.size):
-        x = np.float64(flat[j])
-        if rounds:
-            step = 2.0 ** (8 - bits)
-            flat[j] = finish(math.floor(x / step) * step, low, high, rounds)
-        else:
-            t = min(max(math.floor((x - low) / span * levels), 0.0), levels - 1.0)
-            flat[j] = finish(low + span * t / levels, low, high, rounds)
+    if params[0] != 0.0:
+        _map_values(image, POSTERIZE, params[1], params[-3], params[-2], params[-1])
 
 
 @nb.njit(cache=True, nogil=True)
@@ -98,6 +110,7 @@ def autocontrast(image, params, tag):  # pragma: no cover - JIT
         return
     low, high, rounds = params[-3], params[-2], params[-1]
     planes, height, width, pixel = image.shape
+    table = np.empty(256, image.dtype)
     for c in range(planes * pixel):
         p, q = c // pixel, c % pixel
         lo, hi = np.inf, -np.inf
@@ -108,10 +121,26 @@ def autocontrast(image, params, tag):  # pragma: no cover - JIT
         if hi <= lo:
             continue
         scale = (high - low) / (hi - lo)
+        if rounds:  # uint8: a table of the 256 results
+            for v in range(256):
+                table[v] = finish(low + (v - lo) * scale, low, high, rounds)
         for y in range(height):
             for x in range(width):
-                v = low + (np.float64(image[p, y, x, q]) - lo) * scale
-                image[p, y, x, q] = finish(v, low, high, rounds)
+                if rounds:
+                    image[p, y, x, q] = table[np.int64(image[p, y, x, q])]
+                else:
+                    v = low + (np.float64(image[p, y, x, q]) - lo) * scale
+                    image[p, y, x, q] = finish(v, low, high, rounds)
+
+
+@nb.njit(cache=True, nogil=True)
+def _level(value, low, span, rounds):  # pragma: no cover - JIT
+    """The level (0..255) of a value for equalize: a uint8 value's own, else ``round(t *
+    255)``, clamped."""
+    if rounds:
+        return np.int64(value)
+    t = (np.float64(value) - low) / span
+    return np.int64(min(max(math.floor(t * 255.0 + 0.5), 0.0), 255.0))
 
 
 @nb.njit(cache=True, nogil=True)
@@ -127,14 +156,14 @@ def equalize(image, params, tag):  # pragma: no cover - JIT
     planes, height, width, pixel = image.shape
     span = high - low
     hist = np.empty(256, np.int64)
-    lut = np.empty(256, np.float64)
+    lut = np.empty(256, np.int64)
+    table = np.empty(256, image.dtype)
     for c in range(planes * pixel):
         p, q = c // pixel, c % pixel
         hist[:] = 0
         for y in range(height):
             for x in range(width):
-                t = (np.float64(image[p, y, x, q]) - low) / span
-                hist[int(min(max(math.floor(t * 255.0 + 0.5), 0.0), 255.0))] += 1
+                hist[_level(image[p, y, x, q], low, span, rounds)] += 1
         last = 255
         while hist[last] == 0:
             last -= 1
@@ -145,8 +174,8 @@ def equalize(image, params, tag):  # pragma: no cover - JIT
         for v in range(256):
             lut[v] = min(below // step, 255)
             below += hist[v]
+        for v in range(256):
+            table[v] = finish(low + span * lut[v] / 255.0, low, high, rounds)
         for y in range(height):
             for x in range(width):
-                t = (np.float64(image[p, y, x, q]) - low) / span
-                level = int(min(max(math.floor(t * 255.0 + 0.5), 0.0), 255.0))
-                image[p, y, x, q] = finish(low + span * lut[level] / 255.0, low, high, rounds)
+                image[p, y, x, q] = table[_level(image[p, y, x, q], low, span, rounds)]

@@ -13,8 +13,8 @@ kernel cache.
 
 Run it::
 
-    .venv/bin/python -m bench.tables.photo_table       # 3 rounds, report in bench/results
-    .venv/bin/python -m bench.tables.photo_table --rounds 1 --n 1024 --date try
+    .venv/bin/python -m bench --photo-ops              # 3 rounds, report in bench/results
+    .venv/bin/python -m bench --photo-ops --rounds 1 --n 1024 --date try
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.core.machine import describe_machine
 
     res: dict[str, Any] = {
-        "command": " ".join(["python -m bench.tables.photo_table", *(argv or sys.argv[1:])])
+        "command": " ".join(["python -m bench --photo-ops", *(argv or sys.argv[1:])])
     }
     res["machine"] = describe_machine()
     res["load"] = ", ".join(f"{x:.1f}" for x in os.getloadavg())

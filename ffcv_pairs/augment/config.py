@@ -157,6 +157,13 @@ class PairAugment(PhotoOptions):
         object.__setattr__(self, "dense", check_dense(self.dense) or None)
         object.__setattr__(self, "user_ops", pair_ops(self.user_ops))
 
+    def __repr__(self) -> str:
+        # fields() lists the inherited photometric options first: show them last
+        names = [f.name for f in fields(self)]
+        k = len(fields(PhotoOptions))
+        shown_ = ", ".join(f"{n}={getattr(self, n)!r}" for n in names[k:] + names[:k])
+        return f"{type(self).__name__}({shown_})"
+
     def _old_names(self, paired_geometry: bool | None) -> None:
         """Options as they were once spelled: accepted, with a warning that says the new way."""
         if paired_geometry is not None:

@@ -252,3 +252,20 @@ def test_loader_pairs_repeats_and_resumes(tmp_path: Path, shape: tuple) -> None:
     first = epoch(1, 2)
     assert first == epoch(1, 1)
     assert first != epoch(2, 2)
+
+
+def test_a_quantized_files_solarize_threshold_becomes_a_code() -> None:
+    """The ops see a quantized file's codes: a threshold in the floats' units is rewritten."""
+    from ffcv_pairs.augment.units import dequantizing
+    from ffcv_pairs.format.quantization import Quantization
+    from ffcv_pairs.format.schema import ArraySpec, PairSchema
+
+    q = Quantization(-1.0, 1.0)
+    spec = ArraySpec((3, 8, 8), "uint8", q)
+    aug = PairAugment(solarize=1.0, solarize_threshold=0.2)
+    codes = dequantizing(aug, q, PairSchema(spec, spec))
+    assert codes.solarize_threshold == pytest.approx(1.2 / q.step)
+    assert (
+        dequantizing(PairAugment(solarize=1.0), q, PairSchema(spec, spec)).solarize_threshold
+        is None
+    )

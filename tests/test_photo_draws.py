@@ -269,3 +269,17 @@ def test_a_quantized_files_solarize_threshold_becomes_a_code() -> None:
         dequantizing(PairAugment(solarize=1.0), q, PairSchema(spec, spec)).solarize_threshold
         is None
     )
+
+
+def test_float16_images_go_through_as_float32(tmp_path: Path) -> None:
+    """A float16 file: the ops work on float32 and the result is stored back as float16
+    (invert: ``1 - x``, the default value_range)."""
+    rng = np.random.default_rng(4)
+    a = rng.random((16, 2, 6, 5)).astype(np.float16)
+    path = tmp_path / "h.beton"
+    write_pairs(ArraySource(a, a.copy(), np.arange(16)), path, progress=False)
+    aug = PairAugment(invert=1.0, invert_paired=False)
+    x, y, ids = next(iter(make_loader(path, batch_size=16, augment=aug, order="sequential")))
+    expected = (1 - a[ids.numpy()].astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(x.numpy(), expected)
+    np.testing.assert_array_equal(y.numpy(), expected)

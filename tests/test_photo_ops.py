@@ -227,3 +227,11 @@ def test_channel_shuffle_is_albumentations() -> None:
 )
 def test_not_applied_keeps_the_image(fn, head) -> None:
     np.testing.assert_array_equal(run(fn, RGB8, head, U8), RGB8)
+
+
+@pytest.mark.parametrize("threshold", [100.5, -3.0, 300.0])
+def test_solarize_between_levels_and_outside_follows_the_definition(threshold: float) -> None:
+    """A threshold between two levels, or outside 0..255: ``x >= threshold`` inverted."""
+    levels = np.arange(256, dtype=np.uint8).reshape(1, 16, 16)
+    ours = run(tones.solarize, levels, (1, threshold), U8)
+    np.testing.assert_array_equal(ours, np.where(levels >= threshold, 255 - levels, levels))

@@ -50,9 +50,10 @@ def dequantizing(augment: PairAugment, q: Quantization, schema: PairSchema) -> P
     """``augment`` on a file quantized with ``q``, handing back floats in its range. The
     normalisation (or none), ``noise_std`` and ``solarize_threshold``, given in the floats'
     units, are rewritten to act on the stored codes: ``mean' = (mean - lo) / step``, ``std' =
-    std / step``, ``noise_std' = noise_std / step``, ``threshold' = (threshold - lo) / step``. Without a normalisation, one ``mean'`` and ``std'``
-    serve every channel of A and of B, whatever their channels. ``fill`` is a code;
-    brightness and contrast scale the codes.
+    std / step``, ``noise_std' = noise_std / step``, ``threshold' = (threshold - lo) /
+    step``. Without a normalisation, one ``mean'`` and ``std'`` serve every channel of A and
+    of B, whatever their channels. ``fill`` is a code; brightness and contrast scale the
+    codes.
 
     Raises:
         ValueError: an integer ``out_dtype``, images that are not 2-d or 3-d, or a

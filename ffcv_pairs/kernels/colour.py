@@ -148,16 +148,12 @@ def grayscale(image, params, tag):  # pragma: no cover - JIT
 @nb.njit(cache=True, nogil=True)
 def channel_shuffle(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, perm[channels], low, high, rounds)``: output channel ``c`` is input
-    channel ``perm[c]`` (Albumentations' ``ChannelShuffle``)."""
+    channel ``perm[c]`` (Albumentations' ``ChannelShuffle``), moved a channel at a time."""
     if params[0] == 0.0:
         return
-    planes, height, width, pixel = image.shape
-    channels = planes * pixel
-    held = np.empty(channels, image.dtype)
-    for y in range(height):
-        for x in range(width):
-            for c in range(channels):
-                held[c] = image[c // pixel, y, x, c % pixel]
-            for c in range(channels):
-                src = int(params[1 + c])
-                image[c // pixel, y, x, c % pixel] = held[src]
+    planes, _, _, pixel = image.shape
+    held = image.copy()
+    for c in range(planes * pixel):
+        src = int(params[1 + c])
+        if src != c:
+            image[c // pixel, :, :, c % pixel] = held[src // pixel, :, :, src % pixel]

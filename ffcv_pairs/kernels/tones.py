@@ -51,10 +51,31 @@ def _value_op(kind, x, param, low, high, rounds):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
+def _map_bytes(flat, kind, param):  # pragma: no cover - JIT
+    """Invert, solarize or posterize of uint8 values in integer arithmetic (the same results
+    as :func:`_value_op` then :func:`finish`: they are exact there)."""
+    if kind == INVERT:
+        for j in range(flat.size):
+            flat[j] = 255 - flat[j]
+    elif kind == SOLARIZE:
+        at = np.int64(min(max(math.ceil(param), 0.0), 256.0))  # x >= param, x an integer
+        for j in range(flat.size):
+            x = np.int64(flat[j])
+            flat[j] = 255 - x if x >= at else x
+    else:
+        keep = np.int64(256 - (1 << (8 - int(param))))
+        for j in range(flat.size):
+            flat[j] = np.int64(flat[j]) & keep
+
+
+@nb.njit(cache=True, nogil=True)
 def _map_values(image, kind, param, low, high, rounds):  # pragma: no cover - JIT
     """:func:`_value_op` then :func:`finish` on every value of ``image``; uint8 images
     (``rounds``) through a table of the 256 results."""
     flat = image.reshape(image.size)
+    if rounds and kind != GAMMA:  # uint8 (0..255): integer forms that LLVM vectorises
+        _map_bytes(flat, kind, param)
+        return
     if rounds:
         table = np.empty(256, image.dtype)
         for v in range(256):
@@ -122,8 +143,8 @@ def autocontrast(image, params, tag):  # pragma: no cover - JIT
             continue
         scale = (high - low) / (hi - lo)
         if rounds:  # uint8: a table of the 256 results
-            for v in range(256):
-                table[v] = finish(low + (v - lo) * scale, low, high, rounds)
+            for level in range(256):
+                table[level] = finish(low + (level - lo) * scale, low, high, rounds)
         for y in range(height):
             for x in range(width):
                 if rounds:

@@ -15,6 +15,7 @@ Run it::
 
     .venv/bin/python -m bench --photo-ops              # 3 rounds, report in bench/results
     .venv/bin/python -m bench --photo-ops --rounds 1 --n 1024 --date try
+    .venv/bin/python -m bench.tables.photo_table --no-throughput --rounds 1  # compile only
 """
 
 from __future__ import annotations

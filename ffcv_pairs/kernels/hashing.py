@@ -38,20 +38,21 @@ OP_GEOMETRY, OP_BRIGHTNESS, OP_CONTRAST, OP_NOISE = 1, 2, 3, 4
 #: above every built-in id.
 OP_USER = 1 << 16
 #: The per-sample photometric ops that run through the drawn-op driver (``augment/photo_ops``),
-#: by option name: after the four above, below ``OP_USER``.
+#: by option name: 32 to 43, apart from the small ids above and any beside them, below every
+#: id of ops drawn per batch or of the user's own.
 PHOTO_OP_IDS = {
-    "color_jitter": 5,
-    "saturation": 6,
-    "hue": 7,
-    "gamma": 8,
-    "grayscale": 9,
-    "autocontrast": 10,
-    "equalize": 11,
-    "sharpness": 12,
-    "posterize": 13,
-    "solarize": 14,
-    "invert": 15,
-    "channel_shuffle": 16,
+    "color_jitter": 32,
+    "saturation": 33,
+    "hue": 34,
+    "gamma": 35,
+    "grayscale": 36,
+    "autocontrast": 37,
+    "equalize": 38,
+    "sharpness": 39,
+    "posterize": 40,
+    "solarize": 41,
+    "invert": 42,
+    "channel_shuffle": 43,
 }
 
 

@@ -28,6 +28,10 @@ own units on a file written with ``quantize`` (``[0, 1]``: ``normalize_mean=(0.4
 0.406)``, ``noise_std=0.02``). Where the loader knows the values' range (uint8: 0..255; a
 quantized file: its range) a ``normalize_mean`` outside it is refused, naming both.
 
+**Per-sample photometric ops** (saturation, hue, ``color_jitter``, gamma, grayscale,
+autocontrast, equalize, sharpness, posterize, solarize, invert, channel shuffle; see
+:mod:`~ffcv_pairs.augment.photo_options`) follow brightness, contrast and noise.
+
 **Ops of the user's own** (``user_ops``, :class:`~ffcv_pairs.augment.user_ops.PairOp`) run
 after the built-in ones and before normalisation, drawing from the same keys (see
 ``docs/user-ops.md``).
@@ -58,6 +62,7 @@ from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
 from .checks import PAD_MODES, check_geometry, check_photometric_and_output, check_swap
 from .dense import DenseField, DenseKind, check_dense
+from .photo_options import PhotoOptions, check_photo_options
 from .user_ops import PairOp, pair_ops
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
@@ -67,8 +72,11 @@ OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
 
 
 @dataclass(frozen=True)
-class PairAugment:
-    """Paired, reproducible JIT augmentation. See the module docstring.
+class PairAugment(PhotoOptions):
+    """Paired, reproducible JIT augmentation. See the module docstring. The per-sample
+    photometric ops (saturation, hue, color_jitter, gamma, grayscale, autocontrast, equalize,
+    sharpness, posterize, solarize, invert, channel_shuffle; keyword-only) are documented in
+    :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`.
 
     Args:
         hflip: Probability of a horizontal flip (A and B together).
@@ -156,9 +164,17 @@ class PairAugment:
         self._old_names(paired_geometry)
         check_geometry(self)
         check_photometric_and_output(self)
+        check_photo_options(self)
         object.__setattr__(self, "dense", check_dense(self.dense) or None)
         object.__setattr__(self, "user_ops", pair_ops(self.user_ops))
         check_swap(self)
+
+    def __repr__(self) -> str:
+        # fields() lists the inherited photometric options first: show them last
+        names = [f.name for f in fields(self)]
+        k = len(fields(PhotoOptions))
+        shown_ = ", ".join(f"{n}={getattr(self, n)!r}" for n in names[k:] + names[:k])
+        return f"{type(self).__name__}({shown_})"
 
     def _old_names(self, paired_geometry: bool | None) -> None:
         """Options as they were once spelled: accepted, with a warning that says the new way."""

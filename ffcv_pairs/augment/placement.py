@@ -6,7 +6,8 @@
   CPU path (``device`` is the CPU), normalisation and the output dtype, in the
   loader's threads. With a GPU the decoder stops at uint8 and normalisation runs
   on the device, so the host moves compact bytes. Ops of the user's own (``user_ops``, or
-  upstream FFCV ops appended to A or B) run after the decoder on the stored dtype: with
+  upstream FFCV ops appended to A or B) and the per-sample photometric ops
+  (``augment/photo_ops``) run after the decoder on the stored dtype: with
   them the decoder stops at it, and normalisation follows them, as on a GPU.
 * **Other dtypes**: the decoder applies flips, crops and turns; the resized crop
   and the photometric ops follow as CPU ops; normalisation and the dtype are
@@ -56,7 +57,7 @@ def place_ops(
     a, b = (augment.field_axes(schema)[name] for name in schema.IMAGE_FIELDS)
     if a != b:  # the fused kernel shares one output shape between A and B
         return OpPlacement(False, stored, False)
-    after = ops_after or bool(augment.user_ops)
+    after = ops_after or bool(augment.user_ops) or bool(augment.photo_ops)
     cpu_output = on_cpu and _converts(augment, stored) and not after
     fused = augment.resizes or augment.has_photometric or cpu_output
     output = augment.resolved_out_dtype(stored) if cpu_output else stored

@@ -48,11 +48,12 @@ def check_units(augment: PairAugment, schema: PairSchema) -> None:
 
 def dequantizing(augment: PairAugment, q: Quantization, schema: PairSchema) -> PairAugment:
     """``augment`` on a file quantized with ``q``, handing back floats in its range. The
-    normalisation (or none) and ``noise_std``, given in the floats' units, are rewritten to
-    act on the stored codes: ``mean' = (mean - lo) / step``, ``std' = std / step``,
-    ``noise_std' = noise_std / step``. Without a normalisation, one ``mean'`` and ``std'``
-    serve every channel of A and of B, whatever their channels. ``fill`` is a code;
-    brightness and contrast scale the codes.
+    normalisation (or none), ``noise_std`` and ``solarize_threshold``, given in the floats'
+    units, are rewritten to act on the stored codes: ``mean' = (mean - lo) / step``, ``std' =
+    std / step``, ``noise_std' = noise_std / step``, ``threshold' = (threshold - lo) /
+    step``. Without a normalisation, one ``mean'`` and ``std'`` serve every channel of A and
+    of B, whatever their channels. ``fill`` is a code; brightness and contrast scale the
+    codes.
 
     Raises:
         ValueError: an integer ``out_dtype``, images that are not 2-d or 3-d, or a
@@ -76,4 +77,9 @@ def dequantizing(augment: PairAugment, q: Quantization, schema: PairSchema) -> P
         normalize_mean=tuple((m - q.lo) / q.step for m in mean),
         normalize_std=tuple(s / q.step for s in std),
         noise_std=augment.noise_std / q.step,
+        solarize_threshold=(
+            None
+            if augment.solarize_threshold is None
+            else (augment.solarize_threshold - q.lo) / q.step
+        ),
     )

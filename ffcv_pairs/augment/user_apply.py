@@ -1,5 +1,6 @@
-"""Where a field's ops of the user's own run: :class:`UserOps`, an FFCV ``Operation`` after the
-built-in CPU ops of A or of B and before ``ToTensor``; normalisation and the output dtype
+"""Where a field's per-sample photometric ops (:mod:`.photo_ops`) and ops of the user's own
+run: :class:`UserOps`, an FFCV ``Operation`` after the built-in CPU ops of A or of B and
+before ``ToTensor``, the photometric ops first; normalisation and the output dtype
 follow it (:func:`~ffcv_pairs.augment.placement.place_ops` keeps the decoder at the stored
 dtype when there are user ops)."""
 
@@ -17,6 +18,7 @@ from ..kernels.user_driver import UserDraws, user_op_kernel
 from .axes import ImageAxes
 from .config import PairAugment
 from .dense import image_shaped
+from .photo_ops import PhotoStep, apply_photo_steps, compile_steps, photo_steps, value_range
 from .user_ops import PairOp, check_compiles, user_draws
 
 __all__ = ["UserOps", "apply_user_ops", "user_field_ops", "work_dtype"]
@@ -35,26 +37,32 @@ def apply_user_ops(
     ops: tuple[PairOp, ...],
     draws: list[UserDraws],
     axes: tuple[int, int, int, int],
+    photo: tuple[tuple[PhotoStep, ...], tuple[float, float, float], int] = ((), (0, 0, 0), 0),
 ) -> None:
-    """Run ``ops`` in order, in place, on ``images`` (``(n, ...)``, any layout), sample ``i``
-    being ``ids[i]``, each seen as ``axes`` ``(planes, height, width, pixel)``, with the
-    calling thread's numba threads."""
+    """Run ``photo``'s steps (``(steps, value range, tag)``, see
+    :func:`~ffcv_pairs.augment.photo_ops.apply_photo_steps`), then ``ops``, in order, in place,
+    on ``images`` (``(n, ...)``, any layout), sample ``i`` being ``ids[i]``, each seen as
+    ``axes`` ``(planes, height, width, pixel)``, with the calling thread's numba threads."""
     n = len(ids)
     work = np.dtype(work_dtype(images.dtype.name))
     direct = images.flags.c_contiguous and images.dtype == work
     buf = images if direct else np.ascontiguousarray(images, dtype=work)
     view = buf.reshape(n, *axes)
     keys = np.array(ids, dtype=np.int64)  # a fresh, writable int64 column, as typed
-    kernel, threads = user_op_kernel(work.name), nb.get_num_threads()
-    for op, d in zip(ops, draws):
-        kernel(op.fn, view, keys, clock, d, threads)
+    apply_photo_steps(view, keys, clock, *photo)
+    if ops:
+        kernel, threads = user_op_kernel(work.name), nb.get_num_threads()
+        for op, d in zip(ops, draws):
+            kernel(op.fn, view, keys, clock, d, threads)
     if not direct:
         images[...] = buf
 
 
 class UserOps(Operation):
-    """The ops of the user's own on field ``tag`` (0: A, 1: B), in place: its images are
-    ``axes`` cut to ``size`` (the output ``(height, width)``), stored as ``dtype``.
+    """The per-sample photometric ``steps`` and the ops of the user's own on field ``tag``
+    (0: A, 1: B), in place: its images are ``axes`` cut to ``size`` (the output ``(height,
+    width)``), stored as ``dtype``; ``tail``: the steps' value range (see
+    :func:`~ffcv_pairs.augment.photo_ops.value_range`).
 
     Raises:
         TypeError: an op's function does not compile for these images (see
@@ -69,12 +77,15 @@ class UserOps(Operation):
         dtype: str,
         clock: np.ndarray,
         tag: int,
+        steps: tuple[PhotoStep, ...] = (),
+        tail: tuple[float, float, float] = (0.0, 0.0, 0.0),
     ):
         super().__init__()
         self.work = work_dtype(dtype)
         for op in ops:
             check_compiles(op, self.work)
         self.ops, self.clock = ops, clock
+        self.photo = (steps, tail, tag)
         self.draws = [user_draws(k, op, tag) for k, op in enumerate(ops)]
         self.axes = (axes.planes, size[0], size[1], axes.pixel)
 
@@ -82,12 +93,14 @@ class UserOps(Operation):
         return previous_state, None
 
     def generate_code(self) -> Callable:
-        ops, draws, clock, axes = self.ops, self.draws, self.clock, self.axes
-        user_op_kernel(self.work)  # compiled, or loaded from the disk cache, when built
+        ops, draws, clock, axes, photo = self.ops, self.draws, self.clock, self.axes, self.photo
+        if ops:  # compiled, or loaded from the disk cache, when built
+            user_op_kernel(self.work)
+        compile_steps(photo[0], self.work)
 
         def apply(images, _, indices):
             n = len(indices)
-            apply_user_ops(images[:n], indices, clock, ops, draws, axes)
+            apply_user_ops(images[:n], indices, clock, ops, draws, axes, photo)
             return images
 
         apply.with_indices = True  # type: ignore[attr-defined]
@@ -97,13 +110,16 @@ class UserOps(Operation):
 def user_field_ops(
     augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray
 ) -> list[Operation]:
-    """Image field ``name``'s :class:`UserOps` (none when ``augment`` has no user ops).
+    """Image field ``name``'s :class:`UserOps` (none when ``augment`` has neither user ops
+    nor per-sample photometric ops).
 
     Raises:
+        ValueError: a photometric op that needs 3 channels on another count, or on a dtype it
+            does not take (see :func:`~ffcv_pairs.augment.photo_ops.photo_steps`).
         ValueError: a geometric user op on a file with image-shaped label or extra fields,
             declared dense or not (it would move A and B and leave them behind).
     """
-    if not augment.user_ops:
+    if not augment.user_ops and not augment.photo_ops:
         return []
     geometric = [op.name for op in augment.user_ops if op.kind == "geometric"]
     shaped = image_shaped(schema) if geometric else []
@@ -119,4 +135,6 @@ def user_field_ops(
     size = augment.out_size if augment.out_size is not None else (axes.height, axes.width)
     dtype = schema.spec(name).dtype
     tag = schema.IMAGE_FIELDS.index(name)
-    return [UserOps(augment.user_ops, axes, size, dtype, clock, tag)]
+    steps = photo_steps(augment, axes.num_channels, dtype, name)
+    tail = value_range(work_dtype(dtype), augment)
+    return [UserOps(augment.user_ops, axes, size, dtype, clock, tag, steps, tail)]

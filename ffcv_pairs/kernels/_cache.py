@@ -64,6 +64,7 @@ _COMPILE_SECONDS = {
     "unpack_pairs": 8,
     "unpack_pairs_serial": 5,
     "user_op_batch": 2,
+    "drawn_op_batch": 1,
 }
 
 KERNEL_DIR = Path(__file__).resolve().parent

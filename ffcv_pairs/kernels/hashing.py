@@ -21,6 +21,7 @@ __all__ = [
     "OP_NOISE",
     "OP_SWAP",
     "OP_USER",
+    "PHOTO_OP_IDS",
     "batch_uniforms",
     "below",
     "key3",
@@ -29,6 +30,7 @@ __all__ = [
     "randint",
     "sample_key",
     "uniform",
+    "uniform_rows",
 ]
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -43,6 +45,23 @@ OP_BATCH = 256
 #: The ops of the user's own: the k-th of a ``PairAugment``'s ``user_ops`` is ``OP_USER + k``,
 #: above every built-in id.
 OP_USER = 1 << 16
+#: The per-sample photometric ops that run through the drawn-op driver (``augment/photo_ops``),
+#: by option name: 32 to 43, apart from the small ids above and any beside them, below every
+#: id of ops drawn per batch or of the user's own.
+PHOTO_OP_IDS = {
+    "color_jitter": 32,
+    "saturation": 33,
+    "hue": 34,
+    "gamma": 35,
+    "grayscale": 36,
+    "autocontrast": 37,
+    "equalize": 38,
+    "sharpness": 39,
+    "posterize": 40,
+    "solarize": 41,
+    "invert": 42,
+    "channel_shuffle": 43,
+}
 
 
 @nb.njit(cache=True, nogil=True)
@@ -98,13 +117,21 @@ def normal(key, k):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def batch_uniforms(seed, epoch, ids, op, draws):  # pragma: no cover - JIT
-    """The first ``draws`` uniforms of each sample of ``ids`` for ``op`` (field tag 0): a
-    float64 array ``(len(ids), draws)``, row ``i`` from ``sample_key(seed, epoch, ids[i],
-    op, 0)``. What batch ops draw from: the same keys as the per-sample ops."""
-    out = np.empty((ids.shape[0], draws), dtype=np.float64)
-    for i in range(ids.shape[0]):
-        key = sample_key(seed, epoch, ids[i], op, 0)
-        for k in range(draws):
+def uniform_rows(ids, clock, op, key_tag, count):  # pragma: no cover - JIT
+    """``out[i, k] = uniform(sample_key(clock[0], clock[1], ids[i], op, key_tag), k)``: the
+    ``count`` uniforms of each sample of a batch, as ``(len(ids), count)`` float64."""
+    out = np.empty((len(ids), count), np.float64)
+    for i in range(len(ids)):
+        key = sample_key(clock[0], clock[1], ids[i], op, key_tag)
+        for k in range(count):
             out[i, k] = uniform(key, k)
     return out
+
+
+def batch_uniforms(seed: int, epoch: int, ids: np.ndarray, op: int, draws: int) -> np.ndarray:
+    """The first ``draws`` uniforms of each sample of ``ids`` for ``op`` (field tag 0): a
+    float64 array ``(len(ids), draws)``, row ``i`` from ``sample_key(seed, epoch, ids[i],
+    op, 0)``. What batch ops draw from: the same keys as the per-sample ops
+    (:func:`uniform_rows`)."""
+    clock = np.asarray([seed, epoch], dtype=np.int64)
+    return uniform_rows(np.asarray(ids, dtype=np.int64), clock, op, 0, draws)

@@ -1,0 +1,133 @@
+"""The options of the per-sample photometric ops (:mod:`.photo_ops`), declared once here and
+inherited by :class:`~ffcv_pairs.augment.config.PairAugment` (keyword-only), with their
+checks: each names the option, the value given and what is allowed.
+
+Each op has a ``*_paired`` switch (default True): one draw for A and B, or one per image.
+They run after the built-in brightness, contrast and noise (and the geometry), before the
+user's ops and normalisation, in this order: ``color_jitter``, ``saturation``, ``hue``,
+``gamma``, ``grayscale``, ``autocontrast``, ``equalize``, ``sharpness``, ``posterize``,
+``solarize``, ``invert``, ``channel_shuffle``. Definitions: ``docs/augmentation.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._checks import flag, integer, number, optional, pair, sequence_of
+
+__all__ = ["PHOTO_OPS", "PhotoOptions", "check_photo_options"]
+
+#: The ops, in the order they run; each has a ``<name>_paired`` option.
+PHOTO_OPS = (
+    "color_jitter",
+    "saturation",
+    "hue",
+    "gamma",
+    "grayscale",
+    "autocontrast",
+    "equalize",
+    "sharpness",
+    "posterize",
+    "solarize",
+    "invert",
+    "channel_shuffle",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhotoOptions:
+    """Per-sample photometric ops of :class:`~ffcv_pairs.augment.config.PairAugment`.
+
+    Args:
+        color_jitter: ``(brightness, contrast, saturation, hue)`` as torchvision's
+            ``ColorJitter``: factors drawn in ``[max(0, 1 - v), 1 + v]`` (hue: a shift in
+            ``[-hue, hue]`` turns, ``hue <= 0.5``), applied in a random order drawn per
+            sample; a 0 leaves that part out. Saturation and hue need 3 channels.
+        saturation: Blend with the grayscale image, factor in ``[max(0, 1 - s), 1 + s]``.
+        hue: Shift the HSV hue by ``[-hue, hue]`` turns (``hue <= 0.5``; 3 channels).
+        gamma: ``(low, high)`` of the exponent ``g`` drawn uniformly: ``t ** g`` on ``t`` in
+            ``[0, 1]``; None: off.
+        gamma_p: Probability of the gamma op (Albumentations' ``RandomGamma`` ``p``).
+        grayscale: Probability of replacing the 3 channels by their grayscale.
+        autocontrast: Probability of stretching each channel to the full range.
+        equalize: Probability of equalising each channel's histogram (256 levels).
+        sharpness: Probability of ``adjust_sharpness`` with ``sharpness_factor``.
+        sharpness_factor: 0 blurs, 1 keeps, 2 sharpens (torchvision's default 2).
+        posterize: Probability of keeping ``posterize_bits`` bits per value.
+        posterize_bits: 0 to 8.
+        solarize: Probability of inverting the values at or above ``solarize_threshold``.
+        solarize_threshold: In the values' units; None: the middle of the range (128 for
+            uint8).
+        invert: Probability of inverting (uint8: ``255 - x``).
+        channel_shuffle: Probability of a uniformly random permutation of the channels.
+        color_jitter_paired, saturation_paired, hue_paired, gamma_paired,
+            grayscale_paired, autocontrast_paired, equalize_paired, sharpness_paired,
+            posterize_paired, solarize_paired, invert_paired, channel_shuffle_paired:
+            The same draw for A and B (default), or one per image.
+    """
+
+    color_jitter: tuple[float, float, float, float] | None = None
+    saturation: float = 0.0
+    hue: float = 0.0
+    gamma: tuple[float, float] | None = None
+    gamma_p: float = 1.0
+    grayscale: float = 0.0
+    autocontrast: float = 0.0
+    equalize: float = 0.0
+    sharpness: float = 0.0
+    sharpness_factor: float = 2.0
+    posterize: float = 0.0
+    posterize_bits: int = 4
+    solarize: float = 0.0
+    solarize_threshold: float | None = None
+    invert: float = 0.0
+    channel_shuffle: float = 0.0
+    color_jitter_paired: bool = True
+    saturation_paired: bool = True
+    hue_paired: bool = True
+    gamma_paired: bool = True
+    grayscale_paired: bool = True
+    autocontrast_paired: bool = True
+    equalize_paired: bool = True
+    sharpness_paired: bool = True
+    posterize_paired: bool = True
+    solarize_paired: bool = True
+    invert_paired: bool = True
+    channel_shuffle_paired: bool = True
+
+    @property
+    def photo_ops(self) -> tuple[str, ...]:
+        """The ops of :data:`PHOTO_OPS` this pipeline runs, in order."""
+        on = {
+            "color_jitter": self.color_jitter is not None and any(self.color_jitter),
+            "gamma": self.gamma is not None and self.gamma_p > 0,
+        }
+        return tuple(name for name in PHOTO_OPS if on.get(name, getattr(self, name)))
+
+
+def check_photo_options(aug: Any) -> None:
+    """Check and store in plain form the options of :class:`PhotoOptions` on ``aug``."""
+
+    def put(name: str, check: Any, *args: Any, **bounds: Any) -> None:
+        object.__setattr__(aug, name, check(f"augment {name}", getattr(aug, name), *args, **bounds))
+
+    put("color_jitter", optional(sequence_of), number, length=4, least=0.0)
+    if aug.color_jitter is not None and aug.color_jitter[3] > 0.5:
+        raise ValueError(
+            f"augment color_jitter={aug.color_jitter}: its hue (the 4th value) must be <= 0.5"
+        )
+    put("saturation", number, least=0.0)
+    put("hue", number, 0.0, 0.5)
+    put("gamma", optional(pair), number, above=0.0)
+    if aug.gamma is not None and aug.gamma[0] > aug.gamma[1]:
+        raise ValueError(f"augment gamma={aug.gamma} must be (low, high) with low <= high")
+    for name in ("gamma_p", "grayscale", "autocontrast", "equalize", "sharpness"):
+        put(name, number, 0.0, 1.0)
+    for name in ("posterize", "solarize", "invert", "channel_shuffle"):
+        put(name, number, 0.0, 1.0)
+    put("sharpness_factor", number, least=0.0)
+    put("posterize_bits", integer, 0, 8)
+    put("solarize_threshold", optional(number))
+    for name in PHOTO_OPS:
+        put(f"{name}_paired", flag)

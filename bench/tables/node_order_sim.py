@@ -226,23 +226,29 @@ def over_epochs(epochs: list[dict[str, Any]], data: Dataset, nodes: int) -> dict
     }
 
 
-def _ours(cfg: SimConfig, data: Dataset, nodes: int, partition: str) -> dict[str, Any]:
-    world = nodes * cfg.ranks_per_node
-    specs = [
+def rank_specs(cfg: SimConfig, nodes: int, partition: str) -> list[OrderSpec]:
+    """The loader's order spec of every rank (node-major) of ``nodes`` nodes: quasi-random,
+    ``drop_last``, global or node-local."""
+    node = partition == "node"
+    return [
         OrderSpec(
             "quasi_random",
             cfg.batch_size,
             cfg.seed,
             rank,
-            world,
+            nodes * cfg.ranks_per_node,
             True,
             cfg.window_pages,
-            "node" if partition == "node" else "global",
-            nodes if partition == "node" else 1,
-            cfg.canonical_nodes if partition == "node" else 1,
+            "node" if node else "global",
+            nodes if node else 1,
+            cfg.canonical_nodes if node else 1,
         )
-        for rank in range(world)
+        for rank in range(nodes * cfg.ranks_per_node)
     ]
+
+
+def _ours(cfg: SimConfig, data: Dataset, nodes: int, partition: str) -> dict[str, Any]:
+    specs = rank_specs(cfg, nodes, partition)
     epochs = [
         epoch_figures(
             [rank_order(data.index, s, epoch) for s in specs],

@@ -43,11 +43,11 @@ from bench.tables.node_order_sim import (
     make_dataset,
     mosaic_rank_seqs,
     over_epochs,
+    rank_specs,
 )
 from ffcv_pairs.load.cache_plan import Plan, choose_victims, merge_plans, needed_bytes, next_uses
 from ffcv_pairs.load.cache_plan import plan_of as cache_plan_of
 from ffcv_pairs.load.node_order import rank_order
-from ffcv_pairs.load.order import OrderSpec
 
 __all__ = [
     "LIMITS",
@@ -166,23 +166,7 @@ def ours_epoch(
 ) -> list[np.ndarray]:
     """Every rank's sample sequence of ``epoch`` (node-major ranks), from the loader's
     :func:`~ffcv_pairs.load.node_order.rank_order`, quasi-random, ``drop_last``."""
-    world = nodes * cfg.ranks_per_node
-    node = partition == "node"
-    specs = [
-        OrderSpec(
-            "quasi_random",
-            cfg.batch_size,
-            cfg.seed,
-            rank,
-            world,
-            True,
-            cfg.window_pages,
-            "node" if node else "global",
-            nodes if node else 1,
-            cfg.canonical_nodes if node else 1,
-        )
-        for rank in range(world)
-    ]
+    specs = rank_specs(cfg, nodes, partition)
     return [rank_order(data.index, s, epoch) for s in specs]
 
 

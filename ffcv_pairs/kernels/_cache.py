@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numba as nb
 from numba.core import caching, config
 from numba.core.compiler_lock import global_compiler_lock
 
@@ -45,6 +46,7 @@ __all__ = [
     "announce",
     "cache_folder",
     "compile_lock",
+    "compiled_only",
     "is_cached",
     "kernel_sources_digest",
 ]
@@ -301,3 +303,16 @@ def compile_lock(kernel: Any) -> Iterator[None]:
         except OSError:
             pass
         yield
+
+
+def compiled_only(func: Any, types: tuple) -> Any:
+    """``func`` as a parallel, cached numba kernel compiled (or loaded from the disk cache)
+    for exactly ``types``, under the compile lock and announced; further compiles are turned
+    off, so a call with other types raises ``TypeError`` rather than compiling a variant the
+    cache cannot key (the user-op and drawn-op drivers, which take a first-class function)."""
+    kernel = nb.njit(cache=True, parallel=True, nogil=True)(func)
+    announce(kernel, types)
+    with compile_lock(kernel):
+        kernel.compile(types)
+    kernel.disable_compile()
+    return kernel

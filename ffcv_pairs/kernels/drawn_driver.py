@@ -17,7 +17,7 @@ from typing import Any
 import numba as nb
 from numba.core import types
 
-from ._cache import announce, compile_lock
+from ._cache import compiled_only
 from .user_driver import user_op_signature
 
 __all__ = ["drawn_op_kernel"]
@@ -47,9 +47,4 @@ def drawn_op_kernel(dtype: str) -> Any:
         types.int64,
         types.int64,
     )
-    kernel = nb.njit(cache=True, parallel=True, nogil=True)(drawn_op_batch)
-    announce(kernel, args)
-    with compile_lock(kernel):
-        kernel.compile(args)
-    kernel.disable_compile()
-    return kernel
+    return compiled_only(drawn_op_batch, args)

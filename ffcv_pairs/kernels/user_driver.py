@@ -22,7 +22,7 @@ import numba as nb
 import numpy as np
 from numba.core import types
 
-from ._cache import announce, compile_lock
+from ._cache import compiled_only
 from .hashing import sample_key, uniform
 
 __all__ = ["UserDraws", "user_op_kernel", "user_op_signature"]
@@ -76,9 +76,4 @@ def user_op_kernel(dtype: str) -> Any:
         nb.typeof(UserDraws(0, 0, 0, 0)),
         types.int64,
     )
-    kernel = nb.njit(cache=True, parallel=True, nogil=True)(user_op_batch)
-    announce(kernel, args)
-    with compile_lock(kernel):
-        kernel.compile(args)
-    kernel.disable_compile()
-    return kernel
+    return compiled_only(user_op_batch, args)

@@ -490,6 +490,18 @@ def test_the_node_order_figures_follow_their_definitions() -> None:
         SimConfig(nodes=(8, 48))
 
 
+def _smoke(tmp_path: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
+    """``python -m bench FLAGS --smoke --no-extras``, its report in ``out``, dated 2026-01-01."""
+    cmd = [sys.executable, "-m", "bench", *flags, "--smoke", "--no-extras", "--out", str(out)]
+    return subprocess.run(
+        [*cmd, "--work", str(tmp_path / "work"), "--date", "2026-01-01"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_node_order_smoke_writes_the_report_and_node_rows_keep_to_their_stretch(
     tmp_path: Path,
 ) -> None:
@@ -497,14 +509,7 @@ def test_node_order_smoke_writes_the_report_and_node_rows_keep_to_their_stretch(
     of ours; a node-local node reads the same shards every epoch (nothing new after the
     first, its cache is one epoch's need); a bad size is one line and exit 2."""
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "bench", "--node-order", "--smoke", "--no-extras"]
-    proc = subprocess.run(
-        [*cmd, "--out", str(out), "--work", str(tmp_path / "work"), "--date", "2026-01-01"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _smoke(tmp_path, out, "--node-order")
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (out / "node-order-2026-01-01.md").read_text()
     for heading in ("## Target", "## What a node reads", "## Shuffle quality"):
@@ -517,6 +522,7 @@ def test_node_order_smoke_writes_the_report_and_node_rows_keep_to_their_stretch(
         assert r["need_pages_max"] <= r["need_max"] + 1e-9, r
         if r["order"] == "node":
             assert r["new_max"] == 0 and r["held_max"] == r["need_max"], r
+    cmd = [sys.executable, "-m", "bench", "--node-order", "--smoke", "--no-extras"]
     bad = subprocess.run(
         [*cmd, "--n", "1000"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
@@ -585,14 +591,7 @@ def test_remote_sim_smoke_writes_the_report(tmp_path: Path) -> None:
     """``python -m bench --remote sim --smoke --no-extras``: a row per (nodes, order,
     window), a cell per limit, the target judged per limit."""
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "bench", "--remote", "sim", "--smoke", "--no-extras"]
-    proc = subprocess.run(
-        [*cmd, "--out", str(out), "--work", str(tmp_path / "work"), "--date", "2026-01-01"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _smoke(tmp_path, out, "--remote", "sim")
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (out / "remote-2026-01-01.md").read_text()
     for heading in ("## Targets", "## 1. Simulated nodes"):

@@ -40,12 +40,15 @@ def _crop(rng: np.random.Generator, img: np.ndarray, h: int, w: int) -> np.ndarr
     return img[y : y + h, x : x + w]
 
 
-def build_change_pairs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_change_pairs(
+    n: int, seed: int, pool: list[np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``n`` pairs: A, B ``(n, 3, SIZE, SIZE)`` uint8 and the change mask ``(n, SIZE, SIZE)``
-    uint8 (1 where B's pixels were replaced)."""
+    uint8 (1 where B's pixels were replaced), cut from ``pool`` (default: the demo's
+    :func:`~ffcv_pairs.demo.photographs`)."""
     from .demo import photographs
 
-    pool = photographs()
+    pool = photographs() if pool is None else pool
     rng = np.random.default_rng(seed)
     a = np.empty((n, SIZE, SIZE, 3), np.uint8)
     b = np.empty_like(a)
@@ -75,15 +78,18 @@ class ChangeResult:
 
 def write_files(out: Path, train: int, val: int, seed: int = 0) -> tuple[Path, Path]:
     """``out/train.beton`` and ``out/val.beton`` (written once)."""
+    from .demo import photographs
     from .write.sources import ArraySource
     from .write.writer import write_pairs
 
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths: list[Path] = []
+    pool: list[np.ndarray] = []
     for split, n, s in (("train", train, seed), ("val", val, seed + 1)):
         path = out / f"{split}-{n}-{s}.beton"
         if not path.exists():
-            a, b, mask = build_change_pairs(n, s)
+            pool = pool or photographs()  # read once for both splits
+            a, b, mask = build_change_pairs(n, s, pool)
             write_pairs(ArraySource(a, b, mask), path, workers=1, progress=False)
         paths.append(path)
     return paths[0], paths[1]

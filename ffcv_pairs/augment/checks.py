@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .._checks import flag, integer, number, one_of, optional, pair, sequence_of, shown
 from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
 from .swap import label_swap
@@ -114,3 +116,13 @@ def check_swap(aug: Any) -> None:
             f"augment swap_label={shown(aug.swap_label)} applies to swap, which is 0; set "
             f"swap=p or unset swap_label"
         )
+
+
+def is_value_of(value: float, dtype: str) -> bool:
+    """Whether ``value`` is a value of ``dtype``: any number for a float dtype, a whole
+    number in range for an integer one (a fill that would wrap or round is not)."""
+    kind = np.dtype(dtype)
+    if kind.kind not in "iu":
+        return True
+    info = np.iinfo(kind)
+    return float(value).is_integer() and info.min <= value <= info.max

@@ -60,7 +60,7 @@ from ..format.schema import ArraySpec, PairSchema
 from ..kernels.geometry import GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
-from .checks import PAD_MODES, check_geometry, check_photometric_and_output, check_swap
+from .checks import PAD_MODES, check_geometry, check_photometric_and_output, check_swap, is_value_of
 from .dense import DenseField, DenseKind, check_dense
 from .photo_options import PhotoOptions, check_photo_options
 from .user_ops import PairOp, pair_ops
@@ -311,10 +311,8 @@ class PairAugment(PhotoOptions):
     def _check_fill(self, name: str, spec: ArraySpec) -> None:
         """``fill`` must be a value of the stored dtype: padding never wraps or rounds."""
         dtype = np.dtype(spec.dtype)
-        if dtype.kind not in "iu":
-            return
-        info = np.iinfo(dtype)
-        if not (float(self.fill).is_integer() and info.min <= self.fill <= info.max):
+        if not is_value_of(self.fill, spec.dtype):
+            info = np.iinfo(dtype)
             raise ValueError(
                 f"augment fill={self.fill} is not a {dtype} value ({name} is {dtype}): use a "
                 f"whole number in [{info.min}, {info.max}]"

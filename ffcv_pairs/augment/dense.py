@@ -38,6 +38,7 @@ from ..kernels import SharedCompile
 from ..kernels.geometry import GeometryConfig
 from ..kernels.nearest import NearestShape, nearest_geometry
 from .axes import ImageAxes
+from .checks import is_value_of
 
 __all__ = [
     "DENSE_KINDS",
@@ -151,11 +152,8 @@ def dense_shape(
 
 
 def _check_fill(what: str, dtype: str, fill: float) -> None:
-    kind = np.dtype(dtype)
-    if kind.kind in "iu":
-        info = np.iinfo(kind)
-        if not (float(fill).is_integer() and info.min <= fill <= info.max):
-            raise ValueError(f"{what}: fill={fill:g} is not a value of {dtype}")
+    if not is_value_of(fill, dtype):
+        raise ValueError(f"{what}: fill={fill:g} is not a value of {dtype}")
 
 
 class DenseGeometry(Operation):

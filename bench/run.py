@@ -25,6 +25,7 @@ Run it (from the repository root, with the project's venv)::
     .venv/bin/python -m bench --node-order            # node-local order simulated, vs Mosaic
     .venv/bin/python -m bench --remote                # node caches simulated; S3 vs the peers
     .venv/bin/python -m bench --photo-ops             # photometric ops vs Albumentations
+    .venv/bin/python -m bench --pipelines             # whole pipelines vs Albu., torchvision
     .venv/bin/python -m bench --user-scale 200000     # the user's day, about 20 minutes
     .venv/bin/python -m bench --user-scale-sizes 100000,300000,1000000,3000000  # one source
 

@@ -257,7 +257,8 @@ def _unpack_sample(i, batch, mm, sizes, out, forms, geo, clock):  # pragma: no c
         nbytes = forms[t, FORM_BYTES]
         dst = out[i, offset : offset + nbytes]
         if forms[t, FORM_JPEG] == 0:
-            dst[:] = mm[start : start + nbytes]
+            for k in range(nbytes):  # not a slice assignment: see load/order.py
+                dst[k] = mm[start + k]
         else:
             first, channels = forms[t, FORM_CHANNELS_FIRST], forms[t, FORM_CHANNELS]
             h, w = forms[t, FORM_HEIGHT], forms[t, FORM_WIDTH]

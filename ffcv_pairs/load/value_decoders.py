@@ -32,7 +32,8 @@ def _take_scalars(indices, column, out):  # pragma: no cover - JIT
 def _copy_rows(source, ptrs, out):  # pragma: no cover - JIT
     size = out.shape[1]
     for i in range(len(ptrs)):
-        out[i, :] = source[ptrs[i] : ptrs[i] + size]
+        for k in range(size):  # not a slice assignment: see load/order.py
+            out[i, k] = source[ptrs[i] + k]
 
 
 class ScalarDecoder(Operation):

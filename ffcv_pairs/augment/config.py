@@ -30,7 +30,9 @@ quantized file: its range) a ``normalize_mean`` outside it is refused, naming bo
 
 **Per-sample photometric ops** (saturation, hue, ``color_jitter``, gamma, grayscale,
 autocontrast, equalize, sharpness, posterize, solarize, invert, channel shuffle; see
-:mod:`~ffcv_pairs.augment.photo_options`) follow brightness, contrast and noise.
+:mod:`~ffcv_pairs.augment.photo_options`) follow brightness, contrast and noise; a
+**policy** (``policy="trivial_augment_wide"`` or ``"rand_augment"``, torchvision's; see
+:mod:`~ffcv_pairs.augment.policy_options`) follows them.
 
 **Ops of the user's own** (``user_ops``, :class:`~ffcv_pairs.augment.user_ops.PairOp`) run
 after the built-in ones and before normalisation, drawing from the same keys (see
@@ -63,6 +65,7 @@ from .axes import ImageAxes, image_axes
 from .checks import PAD_MODES, check_geometry, check_photometric_and_output, check_swap, is_value_of
 from .dense import DenseField, DenseKind, check_dense
 from .photo_options import PhotoOptions, check_photo_options
+from .policy_options import PolicyOptions, check_policy_options
 from .user_ops import PairOp, pair_ops
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
@@ -72,11 +75,13 @@ OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
 
 
 @dataclass(frozen=True)
-class PairAugment(PhotoOptions):
+class PairAugment(PhotoOptions, PolicyOptions):
     """Paired, reproducible JIT augmentation. See the module docstring. The per-sample
     photometric ops (saturation, hue, color_jitter, gamma, grayscale, autocontrast, equalize,
     sharpness, posterize, solarize, invert, channel_shuffle; keyword-only) are documented in
-    :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`.
+    :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`; the policy (``policy``,
+    ``policy_num_ops``, ``policy_magnitude``, ``policy_bins``, ``policy_paired``) in
+    :class:`~ffcv_pairs.augment.policy_options.PolicyOptions`.
 
     Args:
         hflip: Probability of a horizontal flip (A and B together).
@@ -166,13 +171,14 @@ class PairAugment(PhotoOptions):
         check_photometric_and_output(self)
         check_photo_options(self)
         object.__setattr__(self, "dense", check_dense(self.dense) or None)
+        check_policy_options(self)
         object.__setattr__(self, "user_ops", pair_ops(self.user_ops))
         check_swap(self)
 
     def __repr__(self) -> str:
-        # fields() lists the inherited photometric options first: show them last
+        # fields() lists the inherited photometric and policy options first: show them last
         names = [f.name for f in fields(self)]
-        k = len(fields(PhotoOptions))
+        k = len(fields(PhotoOptions)) + len(fields(PolicyOptions))
         shown_ = ", ".join(f"{n}={getattr(self, n)!r}" for n in names[k:] + names[:k])
         return f"{type(self).__name__}({shown_})"
 

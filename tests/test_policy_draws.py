@@ -15,7 +15,7 @@ from test_distributions import chi2_p
 
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
 from ffcv_pairs.augment.photo_ops import apply_photo_steps, value_range
-from ffcv_pairs.augment.policies import OP_POLICY, policy_steps
+from ffcv_pairs.augment.policies import OP_POLICY, PolicyChoices, index_map, policy_steps
 from ffcv_pairs.kernels import hashing
 from ffcv_pairs.kernels.hashing import OP_USER, PHOTO_OP_IDS, uniform_rows
 from ffcv_pairs.kernels.policy import POLICY_OPS
@@ -30,14 +30,15 @@ WIDE = PairAugment(policy="trivial_augment_wide")
 RAND = PairAugment(policy="rand_augment", policy_num_ops=3, policy_magnitude=12)
 
 
-def rows(aug: PairAugment, tag: int = 0, size: tuple[int, int] = (40, 50)) -> np.ndarray:
-    (step,) = policy_steps(aug, 3, "uint8", "A", size)
-    u = uniform_rows(IDS, CLOCK, step.op, 0 if step.paired else tag, step.uniforms)
-    return step.draw(u)
+def u_rows(aug: PairAugment, tag: int = 0) -> np.ndarray:
+    return uniform_rows(
+        IDS, CLOCK, OP_POLICY, 0 if aug.policy_paired else tag, 3 * aug.policy_count
+    )
 
 
-def ops_and_magnitudes(r: np.ndarray, j: int) -> tuple[np.ndarray, np.ndarray]:
-    return r[:, 2 + 8 * j].astype(np.int64), r[:, 3 + 8 * j]
+def ops_and_magnitudes(aug: PairAugment, j: int, tag: int = 0, size=(40, 50)):
+    """Each sample's op and signed magnitude in round ``j``, as every step reads them."""
+    return PolicyChoices(aug, *size)(u_rows(aug, tag), j)
 
 
 def test_id_is_its_own_and_below_the_users() -> None:
@@ -48,9 +49,8 @@ def test_id_is_its_own_and_below_the_users() -> None:
 
 @pytest.mark.parametrize("aug", [WIDE, RAND], ids=["wide", "rand"])
 def test_each_op_equally_likely_and_signs_fair(aug: PairAugment) -> None:
-    r = rows(aug)
     for j in range(aug.policy_count):
-        op, magnitude = ops_and_magnitudes(r, j)
+        op, magnitude = ops_and_magnitudes(aug, j)
         counts = np.bincount(op, minlength=len(POLICY_OPS))
         assert len(counts) == 14 and chi2_p(counts, np.full(14, 1 / 14)) > ALPHA
         for name in SIGNED:
@@ -63,18 +63,17 @@ def test_each_op_equally_likely_and_signs_fair(aug: PairAugment) -> None:
 
 
 def test_wide_bins_uniform_over_the_31_magnitudes() -> None:
-    op, magnitude = ops_and_magnitudes(rows(WIDE), 0)
+    op, magnitude = ops_and_magnitudes(WIDE, 0)
     for name, top in (("Rotate", 135.0), ("TranslateX", 32.0), ("Contrast", 0.99)):
         levels = np.linspace(0, top, 31)
-        m = np.abs(magnitude[op == POLICY_OPS.index(name)])  # TranslateX: the op truncates
+        m = np.abs(magnitude[op == POLICY_OPS.index(name)])  # TranslateX: its map truncates
         k = np.abs(m[:, None] - levels[None]).argmin(axis=1)
         assert np.abs(m - levels[k]).max() < 1e-4
         assert chi2_p(np.bincount(k, minlength=31), np.full(31, 1 / 31)) > ALPHA
 
 
 def test_rand_magnitude_is_fixed_and_ops_independent() -> None:
-    r = rows(RAND, size=(40, 50))
-    (op0, m0), (op1, _) = ops_and_magnitudes(r, 0), ops_and_magnitudes(r, 1)
+    (op0, m0), (op1, _) = ops_and_magnitudes(RAND, 0), ops_and_magnitudes(RAND, 1)
     rotate = np.abs(m0[op0 == POLICY_OPS.index("Rotate")])
     np.testing.assert_allclose(rotate, 30.0 * 12 / 30, rtol=1e-6)
     shift = np.abs(m0[op0 == POLICY_OPS.index("TranslateX")])
@@ -84,11 +83,41 @@ def test_rand_magnitude_is_fixed_and_ops_independent() -> None:
 
 
 def test_paired_draws_are_shared_and_unpaired_ones_independent() -> None:
-    np.testing.assert_array_equal(rows(WIDE, 0), rows(WIDE, 1))
+    np.testing.assert_array_equal(u_rows(WIDE, 0), u_rows(WIDE, 1))
     apart = PairAugment(policy="trivial_augment_wide", policy_paired=False)
-    a, b = ops_and_magnitudes(rows(apart, 0), 0)[0], ops_and_magnitudes(rows(apart, 1), 0)[0]
+    a, b = ops_and_magnitudes(apart, 0, 0)[0], ops_and_magnitudes(apart, 0, 1)[0]
     cells = np.bincount(a * 14 + b, minlength=196)
     assert chi2_p(cells, np.full(196, 1 / 196)) > ALPHA
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_each_sample_runs_the_one_apply_of_its_op(channels: int) -> None:
+    """Per round, exactly the step of the sample's op is on (none for Identity, and for Color
+    on one channel), with its parameter: the factor ``1 + magnitude``, the bits, the
+    threshold ``255 * magnitude``, the pixel map of the geometric ops."""
+    steps = policy_steps(RAND, channels, "uint8", "A", (40, 50))
+    u = u_rows(RAND)
+    for j in range(RAND.policy_count):
+        op, m = ops_and_magnitudes(RAND, j)
+        names = np.array(POLICY_OPS)[op]
+        g, jit, sh, po, so, ac, eq = (s.draw(u) for s in steps[7 * j : 7 * j + 7])
+        geometric = np.isin(names, SIGNED[:5])
+        np.testing.assert_array_equal(g[:, 0], geometric)
+        assert (g[:, 1] == 0).all()  # PairAugment's fill
+        np.testing.assert_array_equal(g[geometric, 2:], index_map(op, m, 40, 50)[geometric])
+        parts = {"Brightness": 8, "Contrast": 9, "Color": 10}
+        for name, col in parts.items():
+            expected = (names == name) & (channels == 3 or name != "Color")
+            np.testing.assert_array_equal(jit[:, col], expected)
+            np.testing.assert_allclose(jit[names == name, 4], 1 + m[names == name])
+        assert (jit[:, 11] == 0).all()  # never hue
+        for rows_, name, value in ((sh, "Sharpness", 1 + m), (po, "Posterize", m)):
+            np.testing.assert_array_equal(rows_[:, 0], names == name)
+            np.testing.assert_allclose(rows_[names == name, 1], value[names == name])
+        np.testing.assert_allclose(so[names == "Solarize", 1], 255 * m[names == "Solarize"])
+        np.testing.assert_array_equal(so[:, 0], names == "Solarize")
+        np.testing.assert_array_equal(ac[:, 0], names == "AutoContrast")
+        np.testing.assert_array_equal(eq[:, 0], names == "Equalize")
 
 
 def run(aug: PairAugment, images: np.ndarray, ids: np.ndarray, tag: int, threads: int = 2):

@@ -3,7 +3,7 @@ v2's definitions written out here (its ``_AUGMENTATION_SPACE`` tables and the in
 matrix of ``F.affine``/``F.rotate``) and computed by libraries that are not ours: PIL
 (``Image.transform`` AFFINE with NEAREST for shear, translate and rotate; ``ImageEnhance``
 and ``ImageOps`` for the tones) and kornia (saturation, contrast on floats). The apply is
-called with a row whose op and magnitude the test picks; the row's pixel map is ours
+steps of one round run with the op and magnitude the test picks; the rows' pixel map is ours
 (``index_map``), the reference's matrix the test's own.
 
 Bounds:
@@ -25,8 +25,8 @@ import pytest
 import torch
 from PIL import Image, ImageEnhance, ImageOps
 
-from ffcv_pairs.augment.policies import index_map, magnitude_table
-from ffcv_pairs.kernels.policy import POLICY_OPS, policy
+from ffcv_pairs.augment.policies import magnitude_table, round_applies
+from ffcv_pairs.kernels.policy import POLICY_OPS
 
 kornia = pytest.importorskip("kornia")
 
@@ -38,14 +38,19 @@ GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 
 
 def apply(image: np.ndarray, name: str, magnitude: float, fill: float = 0.0) -> np.ndarray:
-    """Our policy apply running op ``name`` at ``magnitude`` on a copy of CHW ``image``."""
+    """Our policy's steps running op ``name`` at ``magnitude`` on a copy of CHW ``image``:
+    each apply with the row its draw gives when every sample chose that op."""
     op = POLICY_OPS.index(name)
     _, h, w = image.shape
-    coeffs = index_map(np.array([op]), np.array([magnitude]), h, w)[0]
     tail = U8 if image.dtype == np.uint8 else F32
-    row = np.array([1, fill, op, magnitude, *coeffs, *tail], np.float64)
+
+    def choose(u, j):
+        return np.array([op]), np.array([magnitude])
+
     view = image.copy()[:, :, :, None]
-    policy(view, row, 0)
+    for draw, fn in round_applies(choose, 0, fill, (h, w), tail, len(image)).values():
+        row = np.concatenate([draw(np.zeros((1, 3)))[0], tail])
+        fn(view, row, 0)
     return view[:, :, :, 0]
 
 

@@ -1,6 +1,10 @@
-"""The draw of an augmentation policy (options in :mod:`.policy_options`; apply in
-:mod:`ffcv_pairs.kernels.policy`): torchvision v2's ``TrivialAugmentWide`` and
-``RandAugment``, re-derived from their definitions.
+"""An augmentation policy (options in :mod:`.policy_options`): torchvision v2's
+``TrivialAugmentWide`` and ``RandAugment``, re-derived from their definitions, as drawn steps
+of the photometric ops' driver. Per round (one op per sample) one step per apply: the
+geometric ops' (:func:`~ffcv_pairs.kernels.policy.policy_affine`), colour jitter's for
+Brightness, Contrast and Color, and sharpness, posterize, solarize, autocontrast and
+equalize's; each applies on the samples whose drawn op it is and returns at once on the
+others. So each apply is compiled and cached on its own, and shared with the photometric ops.
 
 Per sample and per op ``j`` of the policy, three uniforms of op id :data:`OP_POLICY` (key
 tag 0 for A and B when ``policy_paired``, else 0 for A and 1 for B): ``u[3j]`` picks the op
@@ -26,10 +30,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernels.policy import POLICY_OPS, policy
-from .photo_ops import WORK_DTYPES, PhotoStep
+from ..kernels.colour import color_jitter
+from ..kernels.policy import POLICY_OPS, policy_affine
+from ..kernels.sharpness import sharpness
+from ..kernels.tones import autocontrast, equalize, posterize, solarize
+from .photo_ops import WORK_DTYPES, PhotoStep, value_range
 
-__all__ = ["OP_POLICY", "index_map", "magnitude_table", "policy_steps"]
+__all__ = [
+    "OP_POLICY",
+    "PolicyChoices",
+    "index_map",
+    "magnitude_table",
+    "policy_steps",
+    "round_applies",
+]
 
 #: The op id of a policy's draws (72; 72 to 79 are the policies').
 OP_POLICY = 72
@@ -116,33 +130,84 @@ def index_map(op: np.ndarray, magnitude: np.ndarray, height: int, width: int) ->
     return m
 
 
-def _draw(aug: Any, height: int, width: int) -> Callable[[np.ndarray], np.ndarray]:
-    table = magnitude_table(aug.policy, aug.policy_bins, height, width)
-    signed = np.array([op in _SIGNED for op in POLICY_OPS])
-    count, bins, ops = aug.policy_count, aug.policy_bins, len(POLICY_OPS)
-    wide, fill = aug.policy == "trivial_augment_wide", float(aug.fill)
+class PolicyChoices:
+    """Per sample, round ``j``'s op (an index of :data:`POLICY_OPS`) and signed magnitude,
+    from the round's three uniforms (see the module docstring)."""
 
-    def draw(u: np.ndarray) -> np.ndarray:
-        n = len(u)
-        cols = [np.full(n, float(count)), np.full(n, fill)]
-        for j in range(count):
-            op = np.minimum((u[:, 3 * j] * ops).astype(np.int64), ops - 1)
-            level = np.minimum((u[:, 3 * j + 1] * bins).astype(np.int64), bins - 1)
-            magnitude = table[op, level if wide else aug.policy_magnitude]
-            magnitude = np.where(signed[op] & (u[:, 3 * j + 2] < 0.5), -magnitude, magnitude)
-            cols += [op.astype(np.float64), magnitude]
-            cols += list(index_map(op, magnitude, height, width).T)
-        return np.column_stack(cols)
+    def __init__(self, aug: Any, height: int, width: int):
+        self.table = magnitude_table(aug.policy, aug.policy_bins, height, width)
+        self.signed = np.array([op in _SIGNED for op in POLICY_OPS])
+        self.bins, self.fixed = aug.policy_bins, aug.policy_magnitude
+        self.wide = aug.policy == "trivial_augment_wide"
 
-    return draw
+    def __call__(self, u: np.ndarray, j: int) -> tuple[np.ndarray, np.ndarray]:
+        ops = len(POLICY_OPS)
+        op = np.minimum((u[:, 3 * j] * ops).astype(np.int64), ops - 1)
+        level = np.minimum((u[:, 3 * j + 1] * self.bins).astype(np.int64), self.bins - 1)
+        magnitude = self.table[op, level if self.wide else self.fixed]
+        negative = self.signed[op] & (u[:, 3 * j + 2] < 0.5)
+        return op, np.where(negative, -magnitude, magnitude)
+
+
+def _is(op: np.ndarray, *names: str) -> np.ndarray:
+    return np.isin(op, [POLICY_OPS.index(name) for name in names]).astype(np.float64)
+
+
+Chooser = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+
+
+def round_applies(
+    choose: Chooser,
+    j: int,
+    fill: float,
+    size: tuple[int, int],
+    tail: tuple[float, float, float],
+    channels: int,
+) -> dict[str, tuple[Callable[[np.ndarray], np.ndarray], Any]]:
+    """Round ``j``'s steps, by name: the draw of the rows of an apply (its ``apply`` 0 on the
+    samples whose op is another) and the apply; ``choose(u, j)`` gives the samples' ops and
+    magnitudes (:class:`PolicyChoices`), ``tail`` the rows' end (:func:`~.photo_ops.value_range`).
+    On 1 channel, ``Color`` keeps the image, as torchvision's ``adjust_saturation``."""
+    low, high, _ = tail
+    color = ("Color",) if channels == 3 else ()
+
+    def geometry(u: np.ndarray) -> np.ndarray:
+        op, m = choose(u, j)
+        on = _is(op, "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
+        return np.column_stack([on, np.full(len(op), fill), index_map(op, m, *size)])
+
+    def jitter(u: np.ndarray) -> np.ndarray:  # colour.color_jitter's row, one part on
+        op, m = choose(u, j)
+        parts = [_is(op, "Brightness"), _is(op, "Contrast"), _is(op, *color)]
+        order = np.tile(np.arange(4.0), (len(op), 1))
+        return np.column_stack([order, np.tile(1.0 + m, (4, 1)).T, *parts, np.zeros(len(op))])
+
+    def one(name: str, value: Callable[[np.ndarray], np.ndarray] | None) -> Callable:
+        def draw(u: np.ndarray) -> np.ndarray:
+            op, m = choose(u, j)
+            return np.column_stack([_is(op, name), *([value(m)] if value else [])])
+
+        return draw
+
+    return {
+        "geometry": (geometry, policy_affine),
+        "jitter": (jitter, color_jitter),
+        "sharpness": (one("Sharpness", lambda m: 1.0 + m), sharpness),
+        "posterize": (one("Posterize", lambda m: m), posterize),
+        "solarize": (one("Solarize", lambda m: low + (high - low) * m), solarize),
+        "autocontrast": (one("AutoContrast", None), autocontrast),
+        "equalize": (one("Equalize", None), equalize),
+    }
 
 
 def policy_steps(
     aug: Any, channels: int, stored: str, field: str, size: tuple[int, int]
 ) -> tuple[PhotoStep, ...]:
-    """The policy's :class:`~ffcv_pairs.augment.photo_ops.PhotoStep` (none without one) for
-    a field ``field`` of ``channels`` channels stored as ``stored``, ``size`` its output
-    ``(height, width)``.
+    """The policy's :class:`~ffcv_pairs.augment.photo_ops.PhotoStep`\\ s (none without one)
+    for a field ``field`` of ``channels`` channels stored as ``stored``, ``size`` its output
+    ``(height, width)``: per round (``policy_num_ops`` of ``RandAugment``, one of
+    ``TrivialAugmentWide``) one step per apply, each applying on the samples whose op it is.
+    All draw from the same uniforms (op id :data:`OP_POLICY`).
 
     Raises:
         ValueError: a channel count other than 1 or 3, or a dtype the ops do not take.
@@ -159,6 +224,13 @@ def policy_steps(
             f"augment policy={aug.policy!r} takes 1 or 3 channels, as torchvision's; {field} "
             f"has {channels}"
         )
-    uniforms = 3 * aug.policy_count
-    draw = _draw(aug, *size)
-    return (PhotoStep("policy", OP_POLICY, aug.policy_paired, uniforms, draw, policy),)
+    tail = value_range("float32" if stored == "float16" else stored, aug)
+    choose, count = PolicyChoices(aug, *size), aug.policy_count
+    steps = []
+    for j in range(count):
+        applies = round_applies(choose, j, float(aug.fill), size, tail, channels)
+        for name, (draw, apply) in applies.items():
+            steps.append(
+                PhotoStep(f"policy {name}", OP_POLICY, aug.policy_paired, 3 * count, draw, apply)
+            )
+    return tuple(steps)

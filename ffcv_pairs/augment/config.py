@@ -66,6 +66,7 @@ from .checks import PAD_MODES, check_geometry, check_photometric_and_output, che
 from .dense import DenseField, DenseKind, check_dense
 from .photo_options import PhotoOptions, check_photo_options
 from .policy_options import PolicyOptions, check_policy_options
+from .translators import TABLES, fill_in, from_library, spec_options
 from .user_ops import PairOp, pair_ops
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
@@ -164,9 +165,14 @@ class PairAugment(PhotoOptions, PolicyOptions):
     swap: float = 0.0
     swap_label: str | Callable[..., Any] | None = None
     paired_geometry: InitVar[bool | None] = None  # geometry_paired's old name
+    torchvision: InitVar[list[Any] | None] = None
+    albumentations: InitVar[list[Any] | None] = None
 
-    def __post_init__(self, paired_geometry: bool | None) -> None:
+    def __post_init__(self, paired_geometry: bool | None, *specs: list[Any] | None) -> None:
         self._old_names(paired_geometry)
+        for library, spec in zip(TABLES, specs):  # the torchvision and albumentations blocks
+            if spec is not None:
+                fill_in(self, spec_options(library, spec))
         check_geometry(self)
         check_photometric_and_output(self)
         check_photo_options(self)
@@ -205,8 +211,23 @@ class PairAugment(PhotoOptions, PolicyOptions):
 
     # -- construction ------------------------------------------------------------------
     @classmethod
+    def from_torchvision(
+        cls, pipeline: Any, *, value_max: float = 255.0, **overrides: Any
+    ) -> PairAugment:
+        """A torchvision v2 pipeline's options, ``overrides`` over them (``value_max``: what
+        its ``[0, 1]`` floats scale to; 255 for uint8). See :mod:`.translate`."""
+        return from_library(cls, "torchvision", pipeline, overrides, value_max)
+
+    @classmethod
+    def from_albumentations(
+        cls, pipeline: Any, *, value_max: float = 255.0, **overrides: Any
+    ) -> PairAugment:
+        """An Albumentations pipeline's options, as :meth:`from_torchvision`."""
+        return from_library(cls, "albumentations", pipeline, overrides, value_max)
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PairAugment:
-        known = {f.name for f in fields(cls)} | {"paired_geometry"}  # an old name
+        known = {f.name for f in fields(cls)} | {"paired_geometry", *TABLES}  # + InitVars
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown augment option(s) {unknown}; known: {sorted(known)}")

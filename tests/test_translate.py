@@ -266,6 +266,8 @@ def test_yaml_block_builds_with_the_librarys_defaults(tmp_path: Path) -> None:
     )
     aug = PairAugment.from_yaml(path)
     assert aug == PairAugment(hflip=0.5, vflip=0.3, crop=(8, 8), invert=0.25, invert_paired=False)
+    beside = PairAugment(albumentations=[{"InvertImg": {"p": 0.25}}], invert=0.75)
+    assert beside.invert == 0.75  # an option beside the block wins over it
     with pytest.raises(ValueError, match="albumentations has no transform 'Flip3D'"):
         PairAugment.from_dict({"albumentations": [{"Flip3D": {}}]})
     with pytest.raises(TypeError, match=r"each entry is \{ClassName"):

@@ -134,6 +134,8 @@ class PairAugment(PhotoOptions, PolicyOptions):
         swap_label: How a swap changes the label: ``(label, swapped) -> label`` on the batch
             (``swapped``: bool ``(n,)``), or its import path ``"module.function"``; None:
             the label is kept.
+        torchvision, albumentations: ``[{ClassName: {argument: value}}, ...]`` of that library
+            (YAML's :meth:`from_torchvision`): fills the fields left at their defaults.
     """
 
     hflip: float = 0.0

@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pkg-config g++ libopencv-dev libturbojpeg0-dev
 TORCH := torch==2.13.0
 
-.PHONY: install test lint demo bench bench-quick bench-extras gpu-check gpu-bundle clean
+.PHONY: install test lint demo bench bench-quick bench-extras translators-check gpu-check gpu-bundle clean
 
 install: $(STAMP)
 
@@ -70,6 +70,12 @@ bench-quick: install
 # see bench/extras/venvs.py.
 bench-extras: install
 	$(PY) -m bench --setup-extras
+
+# The translator and policy tests against the real torchvision (0.29.1, which needs torch
+# 2.14.1: its own venv, bench/.venv-torchvision, about 5.5 GB from pip's local cache, made on
+# first use); see bench/extras/translators_check.py.
+translators-check: install
+	$(PY) -m bench.extras.translators_check
 
 # The GPU path on a CUDA machine, about 6 minutes: the CPU simulation, CUDA tests, pairs/s into GPU
 # memory, a time-boxed training run, 2 ranks; writes bench/results/gpu-<date>.md. Without CUDA:

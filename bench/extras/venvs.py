@@ -36,6 +36,7 @@ from typing import Any
 from bench.core.settings import BENCH_DIR
 
 __all__ = [
+    "CHECKS",
     "EXTRAS",
     "Extra",
     "extra_env",
@@ -106,6 +107,21 @@ EXTRAS: dict[str, Extra] = {
         ),
         module="streaming",
         dist="mosaicml_streaming",
+    ),
+}
+
+
+#: Venvs of the optional checks, made by the same steps (not benchmark rivals: the bench does
+#: not list them): ``bench/.venv-torchvision`` for ``make translators-check``
+#: (:mod:`bench.extras.translators_check`), torch 2.14.1 and torchvision 0.29.1 only, the
+#: project's other packages seen from ``.venv``.
+CHECKS: dict[str, Extra] = {
+    "torchvision": Extra(
+        name="torchvision",
+        venv=BENCH_DIR / ".venv-torchvision",
+        steps=(("torch==2.14.1", "torchvision==0.29.1"),),
+        module="torchvision",
+        dist="torchvision",
     ),
 }
 
@@ -187,9 +203,10 @@ def setup_extras(names: tuple[str, ...] = tuple(EXTRAS)) -> dict[str, str]:
     """
     status: dict[str, str] = {}
     for name in names:
-        if name not in EXTRAS:
-            raise ValueError(f"unknown extra {name!r}; must be one of {sorted(EXTRAS)}")
-        extra = EXTRAS[name]
+        known = {**EXTRAS, **CHECKS}
+        if name not in known:
+            raise ValueError(f"unknown extra {name!r}; must be one of {sorted(known)}")
+        extra = known[name]
         try:
             if not extra.python.exists():
                 log.info("%s: creating %s", name, extra.venv)

@@ -30,7 +30,9 @@ quantized file: its range) a ``normalize_mean`` outside it is refused, naming bo
 
 **Per-sample photometric ops** (saturation, hue, ``color_jitter``, gamma, grayscale,
 autocontrast, equalize, sharpness, posterize, solarize, invert, channel shuffle; see
-:mod:`~ffcv_pairs.augment.photo_options`) follow brightness, contrast and noise.
+:mod:`~ffcv_pairs.augment.photo_options`) follow brightness, contrast and noise; a
+**policy** (``policy="trivial_augment_wide"`` or ``"rand_augment"``, torchvision's; see
+:mod:`~ffcv_pairs.augment.policy_options`) follows them.
 
 **Ops of the user's own** (``user_ops``, :class:`~ffcv_pairs.augment.user_ops.PairOp`) run
 after the built-in ones and before normalisation, drawing from the same keys (see
@@ -63,6 +65,8 @@ from .axes import ImageAxes, image_axes
 from .checks import PAD_MODES, check_geometry, check_photometric_and_output, check_swap, is_value_of
 from .dense import DenseField, DenseKind, check_dense
 from .photo_options import PhotoOptions, check_photo_options
+from .policy_options import PolicyOptions, check_policy_options
+from .translators import TABLES, fill_in, from_library, spec_options
 from .user_ops import PairOp, pair_ops
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
@@ -72,11 +76,13 @@ OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
 
 
 @dataclass(frozen=True)
-class PairAugment(PhotoOptions):
+class PairAugment(PhotoOptions, PolicyOptions):
     """Paired, reproducible JIT augmentation. See the module docstring. The per-sample
     photometric ops (saturation, hue, color_jitter, gamma, grayscale, autocontrast, equalize,
     sharpness, posterize, solarize, invert, channel_shuffle; keyword-only) are documented in
-    :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`.
+    :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`; the policy (``policy``,
+    ``policy_num_ops``, ``policy_magnitude``, ``policy_bins``, ``policy_paired``) in
+    :class:`~ffcv_pairs.augment.policy_options.PolicyOptions`.
 
     Args:
         hflip: Probability of a horizontal flip (A and B together).
@@ -128,6 +134,8 @@ class PairAugment(PhotoOptions):
         swap_label: How a swap changes the label: ``(label, swapped) -> label`` on the batch
             (``swapped``: bool ``(n,)``), or its import path ``"module.function"``; None:
             the label is kept.
+        torchvision, albumentations: ``[{ClassName: {argument: value}}, ...]`` of that library
+            (YAML's :meth:`from_torchvision`): fills the fields left at their defaults.
     """
 
     hflip: float = 0.0
@@ -159,20 +167,26 @@ class PairAugment(PhotoOptions):
     swap: float = 0.0
     swap_label: str | Callable[..., Any] | None = None
     paired_geometry: InitVar[bool | None] = None  # geometry_paired's old name
+    torchvision: InitVar[list[Any] | None] = None
+    albumentations: InitVar[list[Any] | None] = None
 
-    def __post_init__(self, paired_geometry: bool | None) -> None:
+    def __post_init__(self, paired_geometry: bool | None, *specs: list[Any] | None) -> None:
         self._old_names(paired_geometry)
+        for library, spec in zip(TABLES, specs):  # the torchvision and albumentations blocks
+            if spec is not None:
+                fill_in(self, spec_options(library, spec))
         check_geometry(self)
         check_photometric_and_output(self)
         check_photo_options(self)
         object.__setattr__(self, "dense", check_dense(self.dense) or None)
+        check_policy_options(self)
         object.__setattr__(self, "user_ops", pair_ops(self.user_ops))
         check_swap(self)
 
     def __repr__(self) -> str:
-        # fields() lists the inherited photometric options first: show them last
+        # fields() lists the inherited photometric and policy options first: show them last
         names = [f.name for f in fields(self)]
-        k = len(fields(PhotoOptions))
+        k = len(fields(PhotoOptions)) + len(fields(PolicyOptions))
         shown_ = ", ".join(f"{n}={getattr(self, n)!r}" for n in names[k:] + names[:k])
         return f"{type(self).__name__}({shown_})"
 
@@ -199,8 +213,23 @@ class PairAugment(PhotoOptions):
 
     # -- construction ------------------------------------------------------------------
     @classmethod
+    def from_torchvision(
+        cls, pipeline: Any, *, value_max: float = 255.0, **overrides: Any
+    ) -> PairAugment:
+        """A torchvision v2 pipeline's options, ``overrides`` over them (``value_max``: what
+        its ``[0, 1]`` floats scale to; 255 for uint8). See :mod:`.translate`."""
+        return from_library(cls, "torchvision", pipeline, overrides, value_max)
+
+    @classmethod
+    def from_albumentations(
+        cls, pipeline: Any, *, value_max: float = 255.0, **overrides: Any
+    ) -> PairAugment:
+        """An Albumentations pipeline's options, as :meth:`from_torchvision`."""
+        return from_library(cls, "albumentations", pipeline, overrides, value_max)
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PairAugment:
-        known = {f.name for f in fields(cls)} | {"paired_geometry"}  # an old name
+        known = {f.name for f in fields(cls)} | {"paired_geometry", *TABLES}  # + InitVars
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown augment option(s) {unknown}; known: {sorted(known)}")

@@ -49,6 +49,6 @@ def random_ops(augment: PairAugment) -> list[str]:
     ]
     if not augment.center:
         drawn += [("crop", augment.crop), ("resized_crop", augment.resized_crop)]
-    drawn += [(name, getattr(augment, name)) for name in augment.photo_ops]
+    drawn += [(name, getattr(augment, name)) for name in augment.photo_ops + augment.policy_ops]
     drawn += [(f"user op {op.name!r} draws", op.draws) for op in augment.user_ops]
     return [f"{name}={value}" for name, value in drawn if value]

@@ -57,7 +57,7 @@ def place_ops(
     a, b = (augment.field_axes(schema)[name] for name in schema.IMAGE_FIELDS)
     if a != b:  # the fused kernel shares one output shape between A and B
         return OpPlacement(False, stored, False)
-    after = ops_after or bool(augment.user_ops) or bool(augment.photo_ops)
+    after = ops_after or bool(augment.user_ops or augment.photo_ops or augment.policy_ops)
     cpu_output = on_cpu and _converts(augment, stored) and not after
     fused = augment.resizes or augment.has_photometric or cpu_output
     output = augment.resolved_out_dtype(stored) if cpu_output else stored

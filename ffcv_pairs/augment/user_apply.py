@@ -19,6 +19,7 @@ from .axes import ImageAxes
 from .config import PairAugment
 from .dense import image_shaped
 from .photo_ops import PhotoStep, apply_photo_steps, compile_steps, photo_steps, value_range
+from .policies import policy_steps
 from .user_ops import PairOp, check_compiles, user_draws
 
 __all__ = ["UserOps", "apply_user_ops", "user_field_ops", "work_dtype"]
@@ -116,13 +117,18 @@ def user_field_ops(
     Raises:
         ValueError: a photometric op that needs 3 channels on another count, or on a dtype it
             does not take (see :func:`~ffcv_pairs.augment.photo_ops.photo_steps`).
-        ValueError: a geometric user op on a file with image-shaped label or extra fields,
-            declared dense or not (it would move A and B and leave them behind).
+        ValueError: a geometric user op or a policy on a file with image-shaped label or extra
+            fields, declared dense or not (it would move A and B and leave them behind).
     """
-    if not augment.user_ops and not augment.photo_ops:
+    if not (augment.user_ops or augment.photo_ops or augment.policy_ops):
         return []
     geometric = [op.name for op in augment.user_ops if op.kind == "geometric"]
-    shaped = image_shaped(schema) if geometric else []
+    shaped = image_shaped(schema) if geometric or augment.policy_ops else []
+    if shaped and augment.policy_ops:
+        raise ValueError(
+            f"augment policy={augment.policy!r} shears, translates and rotates A and B, but "
+            f"field {shaped[0]!r} is shaped like the images and would not follow: drop the policy"
+        )
     if shaped:
         field = schema.values[shaped[0]]
         raise ValueError(
@@ -136,5 +142,6 @@ def user_field_ops(
     dtype = schema.spec(name).dtype
     tag = schema.IMAGE_FIELDS.index(name)
     steps = photo_steps(augment, axes.num_channels, dtype, name)
+    steps += policy_steps(augment, axes.num_channels, dtype, name, size)
     tail = value_range(work_dtype(dtype), augment)
     return [UserOps(augment.user_ops, axes, size, dtype, clock, tag, steps, tail)]

@@ -104,7 +104,10 @@ def _jitter_part(work, part, factor):  # pragma: no cover - JIT
 def color_jitter(image, params, tag):  # pragma: no cover - JIT
     """``params = (order[4], factor[4], on[4], low, high, rounds)``: the parts whose ``on``
     is 1, in ``order`` (indices of :data:`JITTER_PARTS`), with their factors (brightness,
-    contrast and saturation: multipliers; hue: a shift in turns). See the module docstring."""
+    contrast and saturation: multipliers; hue: a shift in turns); none on: the image is kept.
+    See the module docstring."""
+    if params[8] == 0.0 and params[9] == 0.0 and params[10] == 0.0 and params[11] == 0.0:
+        return
     low, high, rounds = params[-3], params[-2], params[-1]
     planes, height, width, pixel = image.shape
     channels, n = planes * pixel, height * width

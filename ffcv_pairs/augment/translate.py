@@ -1,7 +1,7 @@
 """A torchvision v2 or Albumentations pipeline as :class:`~ffcv_pairs.augment.config.PairAugment`
 options: ``PairAugment.from_torchvision(v2.Compose([...]))``,
 ``PairAugment.from_albumentations(A.Compose([...], additional_targets={'image2': 'image'}))``,
-or in YAML ``augment: {from_albumentations: [{HorizontalFlip: {p: 0.5}}, ...]}``.
+or in YAML ``augment: {albumentations: [{HorizontalFlip: {p: 0.5}}, ...]}``.
 
 Each transform is read by its class name and public attributes (neither library is imported
 to translate an object; the YAML form imports the library to build the objects first) through

@@ -135,6 +135,6 @@ def user_field_ops(
     size = augment.out_size if augment.out_size is not None else (axes.height, axes.width)
     dtype = schema.spec(name).dtype
     tag = schema.IMAGE_FIELDS.index(name)
-    steps = photo_steps(augment, axes.num_channels, dtype, name)
+    steps = photo_steps(augment, axes.num_channels, dtype, name, size)
     tail = value_range(work_dtype(dtype), augment)
     return [UserOps(augment.user_ops, axes, size, dtype, clock, tag, steps, tail)]

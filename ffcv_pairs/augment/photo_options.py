@@ -186,12 +186,12 @@ def check_photo_options(aug: Any) -> None:
     put("blur_kernel", optional(integer), 1)
     if aug.blur_kernel is not None and aug.blur_kernel % 2 == 0:
         raise ValueError(f"augment blur_kernel must be odd, got {aug.blur_kernel}")
-    if isinstance(aug.erasing_value, str) and aug.erasing_value != "random":
+    if not isinstance(aug.erasing_value, str):
+        put("erasing_value", number)
+    elif aug.erasing_value != "random":
         raise ValueError(
             f"augment erasing_value must be a number or 'random', got {shown(aug.erasing_value)}"
         )
-    if aug.erasing_value != "random":
-        put("erasing_value", number)
     put("erasing_target", one_of, ERASING_TARGETS)
     for name in PHOTO_OPS:
         put(f"{name}_paired", flag)

@@ -50,10 +50,12 @@ def _along_rows(plane, rows, w, pixel):  # pragma: no cover - JIT
     r = size // 2
     padded = np.empty((width + 2 * r) * pixel, np.float32)
     for y in range(height):
-        for x in range(-r, width + r):
-            at = mirror(x, width) * pixel
+        padded[r * pixel : (r + width) * pixel] = plane[y]
+        for x in range(-r, 0):  # the mirrored borders
             for q in range(pixel):
-                padded[(x + r) * pixel + q] = plane[y, at + q]
+                padded[(x + r) * pixel + q] = plane[y, mirror(x, width) * pixel + q]
+                far = width + r + x
+                padded[(far + r) * pixel + q] = plane[y, mirror(far, width) * pixel + q]
         out = rows[y]
         out[:] = 0.0
         for k in range(size):

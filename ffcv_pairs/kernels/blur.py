@@ -58,10 +58,10 @@ def _along_rows(plane, rows, w, pixel):  # pragma: no cover - JIT
                 padded[(far + r) * pixel + q] = plane[y, mirror(far, width) * pixel + q]
         out = rows[y]
         out[:] = 0.0
-        for k in range(size):
-            wk, off = w[k], k * pixel
+        for k in range(size):  # a slice per tap: LLVM vectorises it (an offset index, 3x slower)
+            wk, src = w[k], padded[k * pixel : k * pixel + row]
             for j in range(row):
-                out[j] += wk * padded[j + off]
+                out[j] += wk * src[j]
 
 
 @nb.njit(cache=True, nogil=True)

@@ -39,14 +39,17 @@ def erase(image, params, tag):  # pragma: no cover - JIT
     low, high, rounds = params[-3], params[-2], params[-1]
     planes, pixel = image.shape[0], image.shape[3]
     channels = planes * pixel
+    if fill == CONSTANT:  # one value, finished once
+        v = finish(value, low, high, rounds)
+        for c in range(channels):
+            image[c // pixel, top : top + h, left : left + w, c % pixel] = v
+        return
     for c in range(channels):
         p, q = c // pixel, c % pixel
         mean, std = params[8 + c], params[8 + channels + c]
         for i in range(h):
             for j in range(w):
-                if fill == CONSTANT:
-                    v = value
-                elif fill == NORMAL:
+                if fill == NORMAL:
                     v = mean + std * normal(key, (c * h + i) * w + j)
                 elif rounds:
                     v = math.floor(256.0 * uniform(key, (c * h + i) * w + j))

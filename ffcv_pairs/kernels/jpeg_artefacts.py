@@ -59,7 +59,7 @@ _decompress: Any = types.ExternalFunction(
 @nb.njit(cache=True, nogil=True)
 def _round_trip(packed, height, width, channels, quality):  # pragma: no cover - JIT
     """Encode and decode ``packed`` (uint8, ``height x width x channels``, C order) in place;
-    0, or -1 when libjpeg-turbo fails (the image is then as it was)."""
+    0, or -1 when libjpeg-turbo fails (the image is then undefined)."""
     gray = channels == 1
     form = _TJPF_GRAY if gray else _TJPF_RGB
     sub = _TJSAMP_GRAY if gray else _TJSAMP_420
@@ -67,7 +67,6 @@ def _round_trip(packed, height, width, channels, quality):  # pragma: no cover -
     where = np.empty(2, np.uint64)  # the JPEG's address and size, as TurboJPEG takes them
     where[0] = jpeg.ctypes.data
     where[1] = jpeg.size
-    out = np.empty_like(packed)
     pitch = np.int32(width * channels)
     h, w, flags = np.int32(height), np.int32(width), np.int32(_TJFLAG_ACCURATEDCT)
     enc = _init_compress()
@@ -89,13 +88,10 @@ def _round_trip(packed, height, width, channels, quality):  # pragma: no cover -
         return -1
     dec = _init_decompress()
     ok = _decompress(
-        dec, jpeg.ctypes.data, where[1], out.ctypes.data, w, pitch, h, np.int32(form), flags
+        dec, jpeg.ctypes.data, where[1], packed.ctypes.data, w, pitch, h, np.int32(form), flags
     )
     _destroy(dec)
-    if ok != 0:
-        return -1
-    packed[:] = out
-    return 0
+    return 0 if ok == 0 else -1
 
 
 @nb.njit(cache=True, nogil=True)

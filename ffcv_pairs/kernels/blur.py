@@ -50,14 +50,16 @@ def _along_rows(plane, rows, w, pixel):  # pragma: no cover - JIT
     r = size // 2
     padded = np.empty((width + 2 * r) * pixel, np.float32)
     for y in range(height):
-        padded[r * pixel : (r + width) * pixel] = plane[y]
+        for j in range(row):
+            padded[r * pixel + j] = plane[y, j]
         for x in range(-r, 0):  # the mirrored borders
             for q in range(pixel):
                 padded[(x + r) * pixel + q] = plane[y, mirror(x, width) * pixel + q]
                 far = width + r + x
                 padded[(far + r) * pixel + q] = plane[y, mirror(far, width) * pixel + q]
         out = rows[y]
-        out[:] = 0.0
+        for j in range(row):
+            out[j] = 0.0
         for k in range(size):  # a slice per tap: LLVM vectorises it (an offset index, 3x slower)
             wk, src = w[k], padded[k * pixel : k * pixel + row]
             for j in range(row):
@@ -72,7 +74,8 @@ def _along_columns(rows, plane, w, low, high, rounds):  # pragma: no cover - JIT
     r = size // 2
     acc = np.empty(row, np.float32)
     for y in range(height):
-        acc[:] = 0.0
+        for j in range(row):
+            acc[j] = 0.0
         for k in range(size):
             wk, src = w[k], rows[mirror(y + k - r, height)]
             for j in range(row):

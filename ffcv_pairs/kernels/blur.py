@@ -3,7 +3,8 @@ tag)`` run by the drawn-op driver (:mod:`.drawn_driver`); conventions as in :mod
 
 The kernel of size ``k`` (odd) is ``exp(-x**2 / (2 * sigma**2))`` for ``x`` in ``-(k - 1) / 2
 .. (k - 1) / 2``, normalised to sum 1; it is applied along the rows, then along the columns
-(separable: the same as torchvision's 2-d kernel, their outer product), each channel apart.
+(separable: the same as torchvision's 2-d kernel, their outer product), each channel apart;
+the two taps of one weight are added before they are weighted.
 Pixels beyond the border are the image mirrored about its edge pixel, which is not repeated
 (torch's and OpenCV's ``reflect``/``BORDER_REFLECT_101``), repeatedly where the kernel is wider
 than the image. Arithmetic in float32, as torchvision's; uint8 results rounded half up.
@@ -57,13 +58,15 @@ def _along_rows(plane, rows, w, pixel):  # pragma: no cover - JIT
                 padded[(x + r) * pixel + q] = plane[y, mirror(x, width) * pixel + q]
                 far = width + r + x
                 padded[(far + r) * pixel + q] = plane[y, mirror(far, width) * pixel + q]
-        out = rows[y]
+        out, centre = rows[y], padded[r * pixel : r * pixel + row]
         for j in range(row):
-            out[j] = 0.0
-        for k in range(size):  # a slice per tap: LLVM vectorises it (an offset index, 3x slower)
-            wk, src = w[k], padded[k * pixel : k * pixel + row]
+            out[j] = w[r] * centre[j]
+        for k in range(r):  # slices: LLVM vectorises them (an offset index: 3x slower)
+            near = padded[k * pixel : k * pixel + row]
+            far = padded[(size - 1 - k) * pixel : (size - 1 - k) * pixel + row]
+            wk = w[k]
             for j in range(row):
-                out[j] += wk * src[j]
+                out[j] += wk * (near[j] + far[j])
 
 
 @nb.njit(cache=True, nogil=True)
@@ -74,12 +77,14 @@ def _along_columns(rows, plane, w, low, high, rounds):  # pragma: no cover - JIT
     r = size // 2
     acc = np.empty(row, np.float32)
     for y in range(height):
+        centre = rows[y]
         for j in range(row):
-            acc[j] = 0.0
-        for k in range(size):
-            wk, src = w[k], rows[mirror(y + k - r, height)]
+            acc[j] = w[r] * centre[j]
+        for k in range(r):
+            near, far = rows[mirror(y + k - r, height)], rows[mirror(y + r - k, height)]
+            wk = w[k]
             for j in range(row):
-                acc[j] += wk * src[j]
+                acc[j] += wk * (near[j] + far[j])
         for j in range(row):
             v = acc[j]
             if rounds:

@@ -1,7 +1,8 @@
 """Gaussian blur, JPEG artefacts and random erasing at fixed parameters, against references
 that are not ours: kornia 0.9's ``gaussian_blur2d`` (reflect borders, the kernel size given),
 Albumentations 2.0.8's ``GaussianBlur`` (the kernel size derived from sigma), PIL's JPEG
-encoder and decoder, and numpy's ``pad(mode='reflect')`` for kernels wider than the image.
+encoder and decoder, Albumentations' ``ImageCompression``, and numpy's
+``pad(mode='reflect')`` for kernels wider than the image.
 Each op's apply function is called directly with a parameter row (the draws are tested in
 test_blur_jpeg_erasing_draws.py).
 
@@ -138,6 +139,21 @@ def test_jpeg_is_pils_bytes(quality: int, size: tuple[int, int]) -> None:
             run(jpeg_artefacts.jpeg_artefacts, gray, (1, quality), U8, axes),
             pil_jpeg(gray, quality),
         )
+
+
+def test_jpeg_is_albumentations_image_compression_bytes_read_as_bgr() -> None:
+    """Albumentations' ``ImageCompression`` at one quality, byte for byte, once its quirk is
+    undone: it hands the RGB array to OpenCV, which encodes it as BGR (so its luma weighs R as
+    blue). Ours on the channels reversed, reversed back, is its output; ours on RGB is PIL's
+    and torchvision's."""
+    A = pytest.importorskip("albumentations")
+    rgb = smooth(3, 33, 27)
+    hwc = np.ascontiguousarray(rgb.transpose(1, 2, 0))
+    for quality in (30, 80):
+        ref = A.ImageCompression(quality_range=(quality, quality), p=1)(image=hwc)["image"]
+        bgr = np.ascontiguousarray(rgb[::-1])
+        ours = run(jpeg_artefacts.jpeg_artefacts, bgr, (1, quality), U8)[::-1]
+        np.testing.assert_array_equal(ours, ref.transpose(2, 0, 1))
 
 
 def test_jpeg_floats_go_through_bytes_over_the_value_range() -> None:

@@ -79,8 +79,8 @@ class PhotoOptions:
         blur_kernel: The odd kernel size ``k``; None: ``int(3.5 * sigma) * 2 + 1`` from the
             drawn sigma (Albumentations' rule, which follows PIL's).
         jpeg: Probability of JPEG compression artefacts: the image encoded and decoded by
-            libjpeg-turbo (4:2:0 chroma for 3 channels, the accurate integer DCT both ways,
-            as PIL and OpenCV); 1 or 3 channels. Float images are mapped to bytes over
+            libjpeg-turbo (4:2:0 chroma for 3 channels, the accurate integer DCT both ways:
+            PIL's bytes); 1 or 3 channels. Float images are mapped to bytes over
             ``value_range`` (rounded half up), and back.
         jpeg_quality: ``(low, high)`` of the quality, an integer drawn uniformly (inclusive),
             1 to 100.

@@ -311,3 +311,21 @@ def test_only_the_ops_a_pipeline_uses_are_compiled(tmp_path: Path) -> None:
         .splitlines()
     )
     assert out[-2:] == ["['invert']", "['jpeg_artefacts', 'invert']"]
+
+
+def test_an_apply_that_marks_its_sample_failed_is_raised_naming_it() -> None:
+    """The failure mark JPEG sets when libjpeg-turbo fails: the first value of the row -1."""
+    import numba as nb
+
+    from ffcv_pairs.augment.photo_ops import PhotoStep
+
+    @nb.njit(nogil=True)
+    def fails_on_odd(image, params, tag):  # pragma: no cover - JIT
+        if image[0, 0, 0, 0] % 2:
+            params[0] = -1.0
+
+    images = np.arange(6, dtype=np.uint8).reshape(6, 1, 1, 1, 1).repeat(2, axis=2)
+    step = PhotoStep("jpeg", 65, True, 1, lambda u: u, fails_on_odd)
+    ids = np.arange(10, 16, dtype=np.int64)
+    with pytest.raises(RuntimeError, match=r"augment jpeg: failed on sample 11 of field 1 \(3 of"):
+        apply_photo_steps(np.ascontiguousarray(images), ids, CLOCK, (step,), (0, 255, 1), 1)

@@ -271,7 +271,12 @@ def apply_photo_steps(
 ) -> None:
     """Run ``steps`` in order, in place, on ``view`` (``(batch, planes, height, width,
     pixel)``, C-contiguous), sample ``i`` being ``ids[i]``, on field ``tag``; ``tail``: the
-    :func:`value_range` every row ends with."""
+    :func:`value_range` every row ends with.
+
+    Raises:
+        RuntimeError: an apply marked its sample failed (set its row's first value, the
+            apply flag, to -1: a library it calls failed, as JPEG's can run out of memory).
+    """
     if not steps:
         return
     kernel, threads = drawn_op_kernel(view.dtype.name), nb.get_num_threads()
@@ -283,3 +288,8 @@ def apply_photo_steps(
             np.column_stack([rows, np.tile(np.array(tail), (len(keys), 1))]), dtype=np.float64
         )
         kernel(step.apply, view, params, tag, threads)
+        if (failed := np.flatnonzero(params[:, 0] < 0)).size:  # an apply's failure mark
+            raise RuntimeError(
+                f"augment {step.name}: failed on sample {int(keys[failed[0]])} of field {tag} "
+                f"({failed.size} of the batch's {len(keys)} samples)"
+            )

@@ -123,11 +123,8 @@ def _unpack(packed, image, low, span, rounds):  # pragma: no cover - JIT
 @nb.njit(cache=True, nogil=True)
 def jpeg_artefacts(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, quality, low, high, rounds)``; ``image`` of 1 or 3 channels. See
-    the module docstring.
-
-    Raises:
-        RuntimeError: libjpeg-turbo failed (out of memory).
-    """
+    the module docstring. Where libjpeg-turbo fails (out of memory), ``params[0]`` is set to
+    -1, which the caller raises on, and the image is kept."""
     if params[0] == 0.0:
         return
     low, high, rounds = params[-3], params[-2], params[-1] != 0.0
@@ -135,5 +132,6 @@ def jpeg_artefacts(image, params, tag):  # pragma: no cover - JIT
     packed = np.empty((height, width, planes * pixel), np.uint8)
     _pack(image, packed, low, high - low, rounds)
     if _round_trip(packed.reshape(packed.size), height, width, planes * pixel, int(params[1])):
-        raise RuntimeError("augment jpeg: libjpeg-turbo failed to encode or decode an image")
+        params[0] = -1.0  # failed (apply_photo_steps raises): the image is kept
+        return
     _unpack(packed, image, low, high - low, rounds)

@@ -16,6 +16,7 @@ Run it::
     .venv/bin/python -m bench --photo-ops              # 3 rounds, report in bench/results
     .venv/bin/python -m bench --photo-ops --rounds 1 --n 1024 --date try
     .venv/bin/python -m bench.tables.photo_table --no-throughput --rounds 1  # compile only
+    .venv/bin/python -m bench --photo-ops --ops blur,jpeg,erasing --date try  # some ops
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ OPS: dict[str, tuple[dict[str, Any], str]] = {
     "solarize": ({"solarize": 1.0}, "A.Solarize((0.5, 0.5), p=1)"),
     "invert": ({"invert": 1.0}, "A.InvertImg(p=1)"),
     "channel_shuffle": ({"channel_shuffle": 1.0}, "A.ChannelShuffle(p=1)"),
+    "blur": (
+        {"blur": 1.0, "blur_sigma": (0.1, 2.0)},
+        "A.GaussianBlur(blur_limit=0, sigma_limit=(0.1, 2.0), p=1)",
+    ),
+    "jpeg": (
+        {"jpeg": 1.0, "jpeg_quality": (50, 100)},
+        "A.ImageCompression(quality_range=(50, 100), p=1)",
+    ),
+    "erasing": ({"erasing": 1.0}, "A.Erasing(scale=(0.02, 0.33), ratio=(0.3, 3.3), p=1)"),
 }
 SIZES = {64: 256, 224: 64}  # side -> batch size
 
@@ -74,7 +84,7 @@ if sys.argv[1] == "shared":
     drawn_op_kernel("uint8")
     out["driver"] = time.process_time() - t
 else:
-    (step,) = photo_steps(PairAugment(**json.loads(sys.argv[1])), 3, "uint8", "A")
+    (step,) = photo_steps(PairAugment(**json.loads(sys.argv[1])), 3, "uint8", "A", (64, 64))
     step.apply.compile(user_op_signature("uint8").args)
     out["apply"] = time.process_time() - t
 print(json.dumps(out))
@@ -104,10 +114,10 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> str:
     return res.stdout.strip().splitlines()[-1]
 
 
-def measure_compile(rounds: int) -> dict[str, dict[str, float]]:
-    """CPU seconds per op (``apply``) and shared (``draws``, ``driver``), each the median of
-    ``rounds`` fresh interpreters with an empty kernel cache."""
-    jobs = {"shared": "shared", **{k: json.dumps(o) for k, (o, _) in OPS.items()}}
+def measure_compile(rounds: int, ops: tuple[str, ...] = tuple(OPS)) -> dict[str, dict[str, float]]:
+    """CPU seconds per op of ``ops`` (``apply``) and shared (``draws``, ``driver``), each the
+    median of ``rounds`` fresh interpreters with an empty kernel cache."""
+    jobs = {"shared": "shared", **{k: json.dumps(OPS[k][0]) for k in ops}}
     out: dict[str, dict[str, float]] = {}
     for name, arg in jobs.items():
         runs = []
@@ -166,16 +176,19 @@ def _albumentations(folder: Path, transform: str) -> float:
         return sum(float(p.communicate()[0].strip().splitlines()[-1]) for p in procs)
 
 
-def measure_throughput(work: Path, n: int, rounds: int) -> dict[str, dict[str, Any]]:
-    """Best pairs/s of ours and of Albumentations, per op and side, in interleaved rounds; row
-    ``none``: our loader with no op (its ceiling)."""
+def measure_throughput(
+    work: Path, n: int, rounds: int, ops: tuple[str, ...] = tuple(OPS)
+) -> dict[str, dict[str, Any]]:
+    """Best pairs/s of ours and of Albumentations, per op of ``ops`` and side, in interleaved
+    rounds; row ``none``: our loader with no op (its ceiling)."""
     out: dict[str, dict[str, Any]] = {}
     for side, batch in SIZES.items():
         folder = _data(work, side, n if side == 64 else max(256, n // 4))
         for _ in range(rounds):
             alone = out.setdefault(f"none@{side}", {"ours": 0.0, "albumentations": 0.0})
             alone["ours"] = max(alone["ours"], _ours(folder / "pairs.beton", {}, batch))
-            for name, (options, transform) in OPS.items():
+            for name in ops:
+                options, transform = OPS[name]
                 row = out.setdefault(f"{name}@{side}", {"ours": 0.0, "albumentations": 0.0})
                 row["ours"] = max(row["ours"], _ours(folder / "pairs.beton", options, batch))
                 row["albumentations"] = max(
@@ -197,6 +210,8 @@ def write_report(res: dict[str, Any], out: Path, date: str) -> Path:
             "|---|---|---:|---:|---:|---:|---:|---:|",
         ]
         for name, (_, transform) in OPS.items():
+            if f"{name}@{next(iter(SIZES))}" not in res["throughput"]:
+                continue
             cells = []
             for side in SIZES:
                 r = res["throughput"][f"{name}@{side}"]
@@ -231,10 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--n", type=int, default=4096, help="pairs at 64x64 (a quarter at 224x224)")
     p.add_argument("--no-throughput", action="store_true", help="compile seconds only")
+    p.add_argument("--ops", default=",".join(OPS), help="the ops to measure, comma-separated")
     p.add_argument("--work", type=Path, default=REPO / "bench" / ".work")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--date", default=datetime.date.today().isoformat())
     args = p.parse_args(argv)
+    ops = tuple(args.ops.split(","))
+    if unknown := sorted(set(ops) - set(OPS)):
+        p.error(f"--ops: unknown {unknown}; known: {', '.join(OPS)}")
     if not args.no_throughput and importlib.util.find_spec("albumentations") is None:
         p.error("the throughput rows compare with Albumentations: pip install -e '.[peers]'")
     from bench.core.machine import describe_machine
@@ -244,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     res["machine"] = describe_machine()
     res["load"] = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    res["compile"] = measure_compile(args.rounds)
+    res["compile"] = measure_compile(args.rounds, ops)
     if not args.no_throughput:
-        res["throughput"] = measure_throughput(args.work, args.n, args.rounds)
+        res["throughput"] = measure_throughput(args.work, args.n, args.rounds, ops)
     sys.stdout.write(f"{write_report(res, args.out, args.date)}\n")
     return 0
 

@@ -29,10 +29,11 @@ own units on a file written with ``quantize`` (``[0, 1]``: ``normalize_mean=(0.4
 quantized file: its range) a ``normalize_mean`` outside it is refused, naming both.
 
 **Per-sample photometric ops** (saturation, hue, ``color_jitter``, gamma, grayscale,
-autocontrast, equalize, sharpness, posterize, solarize, invert, channel shuffle; see
-:mod:`~ffcv_pairs.augment.photo_options`) follow brightness, contrast and noise; a
-**policy** (``policy="trivial_augment_wide"`` or ``"rand_augment"``, torchvision's; see
-:mod:`~ffcv_pairs.augment.policy_options`) follows them.
+autocontrast, equalize, sharpness, posterize, solarize, invert, channel shuffle, Gaussian
+blur, JPEG artefacts; see :mod:`~ffcv_pairs.augment.photo_options`) follow brightness,
+contrast and noise; a **policy** (``policy="trivial_augment_wide"`` or ``"rand_augment"``,
+torchvision's; see :mod:`~ffcv_pairs.augment.policy_options`) follows them, then random
+erasing.
 
 **Ops of the user's own** (``user_ops``, :class:`~ffcv_pairs.augment.user_ops.PairOp`) run
 after the built-in ones and before normalisation, drawing from the same keys (see
@@ -79,10 +80,10 @@ OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
 class PairAugment(PhotoOptions, PolicyOptions):
     """Paired, reproducible JIT augmentation. See the module docstring. The per-sample
     photometric ops (saturation, hue, color_jitter, gamma, grayscale, autocontrast, equalize,
-    sharpness, posterize, solarize, invert, channel_shuffle; keyword-only) are documented in
-    :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`; the policy (``policy``,
-    ``policy_num_ops``, ``policy_magnitude``, ``policy_bins``, ``policy_paired``) in
-    :class:`~ffcv_pairs.augment.policy_options.PolicyOptions`.
+    sharpness, posterize, solarize, invert, channel_shuffle, blur, jpeg, erasing; keyword-only)
+    are documented in :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`; the policy
+    (``policy``, ``policy_num_ops``, ``policy_magnitude``, ``policy_bins``,
+    ``policy_paired``) in :class:`~ffcv_pairs.augment.policy_options.PolicyOptions`.
 
     Args:
         hflip: Probability of a horizontal flip (A and B together).

@@ -1,14 +1,17 @@
 """The per-sample photometric ops (options in :mod:`.photo_options`): each is its draw, a
 numpy function of the sample's uniforms giving its row of parameters, plus its apply, a
 small ``cache=True`` numba function of one image (:mod:`ffcv_pairs.kernels.colour`,
-:mod:`~ffcv_pairs.kernels.tones`, :mod:`~ffcv_pairs.kernels.sharpness`) that the one drawn-op
+:mod:`~ffcv_pairs.kernels.tones`, :mod:`~ffcv_pairs.kernels.sharpness`,
+:mod:`~ffcv_pairs.kernels.blur`, :mod:`~ffcv_pairs.kernels.jpeg_artefacts`,
+:mod:`~ffcv_pairs.kernels.erasing`; erasing's draw is :mod:`.erasing_boxes`) that the one drawn-op
 driver per dtype (:mod:`ffcv_pairs.kernels.drawn_driver`) runs on every sample of a batch.
 
 A pipeline compiles the apply functions of the ops it uses, and the driver when it uses one:
 nothing when it uses none. The uniforms of op ``name`` for a sample are
 ``uniform(sample_key(seed, epoch, sample, PHOTO_OP_IDS[name], key_tag), k)`` (``key_tag`` 0
 for A and B when paired, else 0 for A and 1 for B): the same for every thread count, rank and
-resume.
+resume. Erasing's ``erasing_target`` reads as ``both``: paired; ``each``: unpaired; ``A`` or
+``B``: a step on that field only.
 """
 
 from __future__ import annotations
@@ -20,12 +23,18 @@ from typing import Any
 import numba as nb
 import numpy as np
 
+from .._checks import shown
+from ..kernels.blur import gaussian_blur
 from ..kernels.colour import JITTER_PARTS, channel_shuffle, color_jitter, grayscale
 from ..kernels.drawn_driver import drawn_op_kernel
+from ..kernels.erasing import erase
 from ..kernels.hashing import PHOTO_OP_IDS, uniform_rows
+from ..kernels.jpeg_artefacts import jpeg_artefacts
 from ..kernels.sharpness import sharpness
 from ..kernels.tones import autocontrast, equalize, gamma, invert, posterize, solarize
 from ..kernels.user_driver import user_op_signature
+from .erasing_boxes import ERASING_UNIFORMS, erasing_draw
+from .photo_options import ERASING_TARGETS
 
 __all__ = [
     "RGB_OPS",
@@ -47,7 +56,8 @@ WORK_DTYPES = ("uint8", "float32")
 @dataclass(frozen=True)
 class PhotoStep:
     """One op of a pipeline on one field: ``draw`` maps the ``(batch, uniforms)`` uniforms of
-    op id ``op`` to the ``(batch, k)`` parameter rows that ``apply`` reads."""
+    op id ``op`` to the ``(batch, k)`` parameter rows that ``apply`` reads; ``tags``: the
+    fields it runs on (0: A, 1: B)."""
 
     name: str
     op: int
@@ -55,6 +65,7 @@ class PhotoStep:
     uniforms: int
     draw: Callable[[np.ndarray], np.ndarray]
     apply: Any
+    tags: tuple[int, ...] = (0, 1)
 
 
 def random_order(u: np.ndarray, count: int) -> np.ndarray:
@@ -114,6 +125,28 @@ def _shuffle(p: float, channels: int) -> Callable:
     return draw
 
 
+def _blur(p: float, sigma: tuple[float, float], kernel: int | None) -> Callable:
+    """``(apply, sigma, size)``: ``sigma`` uniform; ``size`` given, or ``int(3.5 * sigma) * 2
+    + 1``."""
+
+    def draw(u: np.ndarray) -> np.ndarray:
+        s = sigma[0] + (sigma[1] - sigma[0]) * u[:, 1]
+        size = np.floor(3.5 * s) * 2 + 1 if kernel is None else np.full(len(u), kernel)
+        return np.column_stack([u[:, 0] < p, s, size])
+
+    return draw
+
+
+def _quality(p: float, low: int, high: int) -> Callable:
+    """``(apply, quality)``: an integer uniform in ``[low, high]``."""
+
+    def draw(u: np.ndarray) -> np.ndarray:
+        q = low + np.minimum(np.floor(u[:, 1] * (high - low + 1)), high - low)
+        return np.column_stack([u[:, 0] < p, q])
+
+    return draw
+
+
 def _steps(aug: Any, channels: int, mid: float) -> dict[str, tuple[int, Callable, Any]]:
     """Each op's ``(uniforms, draw, apply)``."""
     jitter = aug.color_jitter or (0.0, 0.0, 0.0, 0.0)
@@ -131,6 +164,8 @@ def _steps(aug: Any, channels: int, mid: float) -> dict[str, tuple[int, Callable
         "solarize": (1, _chance(aug.solarize, threshold), solarize),
         "invert": (1, _chance(aug.invert), invert),
         "channel_shuffle": (channels, _shuffle(aug.channel_shuffle, channels), channel_shuffle),
+        "blur": (2, _blur(aug.blur, aug.blur_sigma, aug.blur_kernel), gaussian_blur),
+        "jpeg": (2, _quality(aug.jpeg, *aug.jpeg_quality), jpeg_artefacts),
     }
 
 
@@ -140,13 +175,17 @@ def _needs_rgb(aug: Any, name: str) -> bool:
     return name in RGB_OPS
 
 
-def photo_steps(aug: Any, channels: int, stored: str, field: str) -> tuple[PhotoStep, ...]:
+def photo_steps(
+    aug: Any, channels: int, stored: str, field: str, size: tuple[int, int] | None = None
+) -> tuple[PhotoStep, ...]:
     """The :class:`PhotoStep` of each op ``aug`` (a ``PairAugment``) runs, in order, for a field
-    ``field`` of ``channels`` channels stored as ``stored``.
+    ``field`` of ``channels`` channels stored as ``stored``, of ``size`` ``(height, width)``
+    (what the ops see; needed by erasing only).
 
     Raises:
-        ValueError: an op that reads R, G and B on another channel count, or images of a dtype
-            the ops do not take.
+        ValueError: an op that reads R, G and B on another channel count, JPEG on other than 1
+            or 3 channels, an ``erasing_value`` that is not a value of the images, or images
+            of a dtype the ops do not take.
     """
     names = aug.photo_ops
     if not names:
@@ -156,18 +195,51 @@ def photo_steps(aug: Any, channels: int, stored: str, field: str) -> tuple[Photo
             f"augment {names[0]}: photometric ops take uint8, float16 or float32 images; "
             f"{field} is {stored}"
         )
+    _check_field(aug, names, channels, stored, field)
+    mid = 128.0 if stored == "uint8" else sum(aug.float_range) / 2
+    table = _steps(aug, channels, mid)
+    steps = [
+        PhotoStep(name, PHOTO_OP_IDS[name], getattr(aug, f"{name}_paired"), *table[name])
+        for name in names
+        if name != "erasing"
+    ]
+    if "erasing" in names:
+        if size is None:
+            raise ValueError(f"augment erasing={aug.erasing}: the size of {field} is needed")
+        target = aug.erasing_target
+        tags = (0, 1) if target in ("both", "each") else (ERASING_TARGETS.index(target) - 1,)
+        draw = erasing_draw(aug, size, channels)
+        erasing = (ERASING_UNIFORMS, draw, erase, tags)
+        steps.append(PhotoStep("erasing", PHOTO_OP_IDS["erasing"], target != "each", *erasing))
+    return tuple(steps)
+
+
+def _check_field(aug: Any, names: tuple[str, ...], channels: int, stored: str, field: str) -> None:
+    """The checks of ``aug``'s ops ``names`` that need the field's channels and dtype."""
     for name in names:
         if _needs_rgb(aug, name) and channels != 3:
             raise ValueError(
                 f"augment {name}={getattr(aug, name)} needs 3 channels (R, G, B); {field} has "
                 f"{channels}"
             )
-    mid = 128.0 if stored == "uint8" else sum(aug.float_range) / 2
-    table = _steps(aug, channels, mid)
-    return tuple(
-        PhotoStep(name, PHOTO_OP_IDS[name], getattr(aug, f"{name}_paired"), *table[name])
-        for name in names
-    )
+    if "jpeg" in names and channels not in (1, 3):
+        raise ValueError(
+            f"augment jpeg={aug.jpeg} takes images of 1 or 3 channels; {field} has {channels}"
+        )
+    value = aug.erasing_value
+    if "erasing" not in names or value == "random":
+        return
+    if stored == "uint8" and not (float(value).is_integer() and 0 <= value <= 255):
+        raise ValueError(
+            f"augment erasing_value={shown(value)} is not a uint8 value ({field} is uint8): "
+            f"use a whole number in [0, 255]"
+        )
+    low, high = aug.float_range
+    if stored != "uint8" and not low <= value <= high:
+        raise ValueError(
+            f"augment erasing_value={shown(value)} lies outside value_range "
+            f"{shown((low, high))} of {field}'s {stored} values"
+        )
 
 
 def value_range(work: str, aug: Any) -> tuple[float, float, float]:
@@ -199,15 +271,25 @@ def apply_photo_steps(
 ) -> None:
     """Run ``steps`` in order, in place, on ``view`` (``(batch, planes, height, width,
     pixel)``, C-contiguous), sample ``i`` being ``ids[i]``, on field ``tag``; ``tail``: the
-    :func:`value_range` every row ends with."""
+    :func:`value_range` every row ends with.
+
+    Raises:
+        RuntimeError: an apply marked its sample failed (set its row's first value, the
+            apply flag, to -1: a library it calls failed, as JPEG's can run out of memory).
+    """
     if not steps:
         return
     kernel, threads = drawn_op_kernel(view.dtype.name), nb.get_num_threads()
     keys = np.array(ids, dtype=np.int64)
-    for step in steps:
+    for step in (s for s in steps if tag in s.tags):
         u = uniform_rows(keys, clock, step.op, 0 if step.paired else tag, step.uniforms)
         rows = step.draw(u)
         params = np.ascontiguousarray(
             np.column_stack([rows, np.tile(np.array(tail), (len(keys), 1))]), dtype=np.float64
         )
         kernel(step.apply, view, params, tag, threads)
+        if (failed := np.flatnonzero(params[:, 0] < 0)).size:  # an apply's failure mark
+            raise RuntimeError(
+                f"augment {step.name}: failed on sample {int(keys[failed[0]])} of field {tag} "
+                f"({failed.size} of the batch's {len(keys)} samples)"
+            )

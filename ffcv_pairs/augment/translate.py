@@ -53,7 +53,7 @@ GEOMETRY = (
 PHOTOMETRIC_ORDER = (
     "brightness", "contrast", "noise_std", "color_jitter", "saturation", "hue", "gamma",
     "grayscale", "autocontrast", "equalize", "sharpness", "posterize", "solarize", "invert",
-    "channel_shuffle", "blur", "jpeg", "erasing", "policy",
+    "channel_shuffle", "blur", "jpeg", "policy", "erasing",
 )  # fmt: skip
 #: Photometric options that read more than the pixel itself: they do not commute with geometry.
 NONLOCAL = ("contrast", "autocontrast", "equalize", "sharpness", "blur", "erasing", "policy")

@@ -48,10 +48,11 @@ def check_units(augment: PairAugment, schema: PairSchema) -> None:
 
 def dequantizing(augment: PairAugment, q: Quantization, schema: PairSchema) -> PairAugment:
     """``augment`` on a file quantized with ``q``, handing back floats in its range. The
-    normalisation (or none), ``noise_std`` and ``solarize_threshold``, given in the floats'
-    units, are rewritten to act on the stored codes: ``mean' = (mean - lo) / step``, ``std' =
-    std / step``, ``noise_std' = noise_std / step``, ``threshold' = (threshold - lo) /
-    step``. Without a normalisation, one ``mean'`` and ``std'`` serve every channel of A and
+    normalisation (or none), ``noise_std``, ``solarize_threshold`` and ``erasing_value``, given
+    in the floats' units, are rewritten to act on the stored codes: ``mean' = (mean - lo) /
+    step``, ``std' = std / step``, ``noise_std' = noise_std / step``, ``threshold' =
+    (threshold - lo) / step``, ``value'`` the code nearest ``(value - lo) / step`` (within
+    0..255). Without a normalisation, one ``mean'`` and ``std'`` serve every channel of A and
     of B, whatever their channels. ``fill`` is a code; brightness and contrast scale the
     codes.
 
@@ -81,5 +82,10 @@ def dequantizing(augment: PairAugment, q: Quantization, schema: PairSchema) -> P
             None
             if augment.solarize_threshold is None
             else (augment.solarize_threshold - q.lo) / q.step
+        ),
+        erasing_value=(
+            augment.erasing_value
+            if augment.erasing_value == "random"
+            else float(min(max(round((augment.erasing_value - q.lo) / q.step), 0), 255))
         ),
     )

@@ -141,7 +141,10 @@ def user_field_ops(
     size = augment.out_size if augment.out_size is not None else (axes.height, axes.width)
     dtype = schema.spec(name).dtype
     tag = schema.IMAGE_FIELDS.index(name)
-    steps = photo_steps(augment, axes.num_channels, dtype, name)
+    steps = photo_steps(augment, axes.num_channels, dtype, name, size)
     steps += policy_steps(augment, axes.num_channels, dtype, name, size)
+    # Erasing runs last, after a policy, as in torchvision's recipes (TrivialAugmentWide,
+    # then RandomErasing).
+    steps = [s for s in steps if s.name != "erasing"] + [s for s in steps if s.name == "erasing"]
     tail = value_range(work_dtype(dtype), augment)
     return [UserOps(augment.user_ops, axes, size, dtype, clock, tag, steps, tail)]

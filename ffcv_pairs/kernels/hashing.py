@@ -46,8 +46,8 @@ OP_BATCH = 256
 #: above every built-in id.
 OP_USER = 1 << 16
 #: The per-sample photometric ops that run through the drawn-op driver (``augment/photo_ops``),
-#: by option name: 32 to 43, apart from the small ids above and any beside them, below every
-#: id of ops drawn per batch or of the user's own.
+#: by option name: 32 to 43, and 64 on (blur, JPEG, erasing), apart from the small ids above
+#: and any beside them, below every id of ops drawn per batch or of the user's own.
 PHOTO_OP_IDS = {
     "color_jitter": 32,
     "saturation": 33,
@@ -61,6 +61,9 @@ PHOTO_OP_IDS = {
     "solarize": 41,
     "invert": 42,
     "channel_shuffle": 43,
+    "blur": 64,
+    "jpeg": 65,
+    "erasing": 66,
 }
 
 

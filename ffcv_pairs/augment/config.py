@@ -14,19 +14,10 @@ or a random ``resized_crop``; the central one with ``center``), shifted by the
 translation; flip; rotate by k*90 deg.
 Out-of-image pixels follow ``pad_mode`` (``constant`` uses ``fill``).
 
-**Photometric** ops (brightness, contrast, gaussian noise) each have a
-``*_paired`` switch: paired, A and B get the same factor (and noise); unpaired,
-each image draws its own.
-
-**Output**: ``normalize_mean``/``normalize_std`` (per channel, or one value for every
-channel) and ``out_dtype`` are applied after the batch reaches ``device`` (the GPU when
-there is one), so the host moves compact uint8.
-
-**Units**: ``normalize_mean``, ``normalize_std`` and ``noise_std`` are in the units of the
-values the loader hands back: 0-255 for uint8 images (the example above), and the floats'
-own units on a file written with ``quantize`` (``[0, 1]``: ``normalize_mean=(0.485, 0.456,
-0.406)``, ``noise_std=0.02``). Where the loader knows the values' range (uint8: 0..255; a
-quantized file: its range) a ``normalize_mean`` outside it is refused, naming both.
+**Photometric** ops (brightness, contrast, gaussian noise) each have a ``*_paired`` switch:
+one draw for A and B, or one per image. **Output** (``normalize_mean``/``normalize_std``,
+``out_dtype``) runs on ``device``; it and ``noise_std`` are in the units of the values handed
+back (0-255 for uint8; a ``quantize``d file's own), see the class's Args.
 
 **Per-sample photometric ops** (saturation, hue, ``color_jitter``, gamma, grayscale,
 autocontrast, equalize, sharpness, posterize, solarize, invert, channel shuffle, Gaussian

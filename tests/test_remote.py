@@ -185,16 +185,17 @@ def test_a_truncated_shard_is_refused_by_name(remote: Path, tmp_path: Path) -> N
 def test_a_download_corrupted_once_is_fetched_again(
     remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real, calls = shard_cache._read_block, []
+    real, calls = shard_cache.read_range, []
 
-    def flaky(f: object, size: int) -> bytes:
-        block = real(f, size)
+    def flaky(fs: object, path: str, start: int, end: int) -> bytes:
+        block = real(fs, path, start, end)
         calls.append(len(block))
-        return block[:-1] + b"\0" if len(calls) == 1 and block else block  # the first only
+        return block[:-1] + b"\1" if len(calls) == 1 and block else block  # the first only
 
-    monkeypatch.setattr(shard_cache, "_read_block", flaky)
+    monkeypatch.setattr(shard_cache, "read_range", flaky)
     got = batches(f"file://{remote}", 1, order="sequential", cache_dir=tmp_path / "c")
     assert got == batches(remote, 1, order="sequential")
+    assert len(calls) > 1
 
 
 def _cache(remote: Path, tmp_path: Path, shards: int) -> shard_cache.ShardCache:
@@ -240,12 +241,12 @@ _KILLED = """
 import sys, time
 from pathlib import Path
 from ffcv_pairs.load import shard_cache
-real = shard_cache._read_block
-def slow(f, size):
+real = shard_cache.read_range  # the ranged reads of a shard's first download
+def slow(*args):
     Path(sys.argv[2]).touch()  # the download has begun
     time.sleep(0.2)
-    return real(f, size)
-shard_cache._read_block = slow
+    return real(*args)
+shard_cache.read_range = slow
 from ffcv_pairs import make_loader
 loader = make_loader(sys.argv[1], batch_size=16, order="sequential", cache_dir=sys.argv[3])
 next(iter(loader))
@@ -317,9 +318,9 @@ def test_two_jobs_on_one_cache_download_each_shard_once(
 ) -> None:
     real, fetched = shard_cache.ShardCache._download, []
 
-    def counted(cache: shard_cache.ShardCache, k: int, partial: Path) -> str | None:
+    def counted(cache: shard_cache.ShardCache, k: int, partial: Path, assemble: bool) -> str | None:
         fetched.append(k)
-        return real(cache, k, partial)
+        return real(cache, k, partial, assemble)
 
     monkeypatch.setattr(shard_cache.ShardCache, "_download", counted)
     loaders = []

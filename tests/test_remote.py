@@ -7,7 +7,6 @@ for the order refused with its numbers; a download killed by SIGKILL redone on a
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import hashlib
@@ -32,7 +31,9 @@ from ffcv_pairs import (
     make_loader,
     write_pairs,
 )
+from ffcv_pairs.format.joined import JoinedReader
 from ffcv_pairs.format.merging import merge_parts
+from ffcv_pairs.format.schema import PairSchema
 from ffcv_pairs.load import shard_cache
 from ffcv_pairs.load.cache_plan import NEVER
 from ffcv_pairs.load.pipeline import LoaderError
@@ -78,16 +79,23 @@ def remote(dataset: Path, tmp_path: Path) -> Path:
 
 
 def shard_bytes(manifest: Path) -> int:
-    return (manifest.parent / "parts" / "s0.beton").stat().st_size
+    """What a shard of ``manifest`` takes in a node cache (they are alike): its header,
+    field table and metadata, its samples (first byte to last) and its allocation table;
+    the rest of its file is a hole."""
+    shard = JoinedReader(manifest).shards[0]
+    ptrs = [shard.image_pointers(name) for name in PairSchema.IMAGE_FIELDS]
+    first = min(int(np.min(p)) for p in ptrs)
+    last = max(int(np.max(p)) + shard.schema.spec(name).nbytes
+               for p, name in zip(ptrs, PairSchema.IMAGE_FIELDS))  # fmt: skip
+    alloc = shard.file_size - int(shard.header["alloc_table_ptr"])
+    return shard.metadata_end + last - first + alloc
 
 
 def held_bytes(data: Path) -> int:
-    """Bytes of the files in a cache's ``data/`` (one may go while they are listed)."""
-    total = 0
-    for path in data.iterdir():
-        with contextlib.suppress(FileNotFoundError):
-            total += path.stat().st_size
-    return total
+    """Bytes a cache's ``data/`` holds by its count (:attr:`ShardCache.held`): its shards
+    and reserved downloads (one may go while they are listed), all alike here."""
+    names = [p.name for p in data.iterdir() if p.suffix in (".beton", ".partial")]
+    return len(names) * shard_bytes(data.parent / "meta" / "train.json")
 
 
 def batches(path: str | Path, epochs: int = 2, **kw: object) -> list[tuple[bytes, ...]]:

@@ -129,13 +129,14 @@ def open_remote(
                 if not (meta / entry.path).exists()
             ],
         )
-    largest = max(e.bytes for e in manifest.shards)
+    cache = ShardCache(root, fs, remote, list(manifest.shards), limit)
+    reader = RemoteReader(local, url, cache)
+    largest = max(cache.held)
     if limit is not None and limit < largest:
         raise ValueError(
             f"{url}: cache_limit {limit} bytes is below its largest shard, {largest} bytes"
         )
-    cache = ShardCache(root, fs, remote, list(manifest.shards), limit)
-    return RemoteReader(local, url, cache)
+    return reader
 
 
 def _put(

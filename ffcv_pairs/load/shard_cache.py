@@ -129,20 +129,33 @@ class ShardCache:
     def present(self, k: int) -> bool:
         return self.local(k).exists()
 
+    @property
+    def held(self) -> list[int]:
+        """Bytes each shard takes in the cache, what the limit counts: the bytes its
+        :class:`Assembly` writes (the rest of the file is a hole), or its size."""
+        if self.assembly is None:
+            return [e.bytes for e in self.entries]
+        return [sum(end - start for start, end in (*a.kept, *a.fetched)) for a in self.assembly]
+
     def cached(self) -> dict[int, int]:
-        """Shard -> bytes, of the shards present."""
-        out = {}
+        """Shard -> bytes held (:attr:`held`), of the shards present."""
+        held, out = self.held, {}
         for path in (self.root / "data").glob("*.beton"):
-            with contextlib.suppress(ValueError, FileNotFoundError):
-                out[int(path.stem)] = path.stat().st_size
+            with contextlib.suppress(ValueError, IndexError):
+                if path.exists():
+                    out[int(path.stem)] = held[int(path.stem)]
         return out
 
     def used(self) -> int:
-        """Bytes in the cache, partial downloads included."""
-        total = 0
+        """Bytes in the cache (:attr:`held`), partial downloads (their reservations)
+        included."""
+        held, total = self.held, 0
         for path in (self.root / "data").iterdir():
-            with contextlib.suppress(FileNotFoundError):
-                total += path.stat().st_size
+            try:
+                total += held[int(path.name.split(".")[0])]
+            except (ValueError, IndexError):  # not a shard's file: counted as it is
+                with contextlib.suppress(FileNotFoundError):
+                    total += path.stat().st_size
         return total
 
     # -- fetching ------------------------------------------------------------------------
@@ -241,7 +254,7 @@ class ShardCache:
     # -- eviction ------------------------------------------------------------------------
     def _make_room(self, k: int, uses: np.ndarray, ahead: bool) -> Path | None:
         """Evict until shard ``k`` fits, then reserve its bytes as ``data/<k>.partial``."""
-        need = self.entries[k].bytes
+        need = self.held[k]
         deadline = time.monotonic() + ROOM_WAIT_S
         while True:
             with flocked(self.root / "locks" / "evict"):
@@ -250,7 +263,7 @@ class ShardCache:
                     how = None if self.assembly is None else self.assembly[k]
                     held = None if how is None else (*how.kept, *how.fetched)
                     with open(partial, "wb") as f:
-                        _reserve(f.fileno(), need, partial, held)
+                        _reserve(f.fileno(), self.entries[k].bytes, partial, held)
                     return partial
             if ahead:
                 return None

@@ -95,3 +95,18 @@ def test_a_shard_that_does_not_assemble_is_downloaded_whole(
     got = batches(f"file://{dataset}", 1, order="sequential", cache_dir=tmp_path)
     assert got == batches(dataset, 1, order="sequential")
     assert wholes == [False, True] * SHARDS
+
+
+def test_the_simulators_byte_model_is_the_loaders(dataset: Path, tmp_path: Path) -> None:
+    from bench.tables.node_order_sim import SimConfig
+    from bench.tables.remote_sim import shard_bytes
+
+    reader = open_remote(f"file://{dataset}", tmp_path, None)
+    shard = reader.shards[0]
+    slot = shard.schema.slot_bytes
+    sim = SimConfig(page_samples=int(shard.page_size) // slot, sample_bytes=slot)
+    model = shard_bytes(sim, np.diff(reader.offsets))
+    opening, fetched = _needed(dataset)
+    assert int(model["opening"].sum()) == opening
+    assert int(model["fetched"].sum()) == fetched
+    assert model["held"].tolist() == reader.cache.held

@@ -36,7 +36,15 @@ def _cell(c: dict[str, Any]) -> str:
 
 
 def _sim_target(sim: dict[str, Any]) -> list[str]:
-    rows = [r for r in sim["rows"] if r["order"] == "node"]
+    lines = []
+    for order in ("node", "node_window"):
+        lines += _order_target(sim, order)
+    return lines
+
+
+def _order_target(sim: dict[str, Any], order: str) -> list[str]:
+    rows = [r for r in sim["rows"] if r["order"] == order]
+    what = 'partition="node"' + (", node_window=True" if order == "node_window" else "")
     lines = []
     for window in sorted({r["window"] for r in rows}, reverse=True):
         for fraction in sim["config"]["limits"]:
@@ -60,7 +68,7 @@ def _sim_target(sim: dict[str, Any]) -> list[str]:
             measured = [f"{_f(worst)}x at {[n for n, _ in ran]} nodes"] if ran else []
             measured += [f"refused at {refused} nodes"] if refused else []
             lines.append(
-                f'| `partition="node"`, window {window} pages, cache limit {_limit(fraction)} | '
+                f"| `{what}`, window {window} pages, cache limit {_limit(fraction)} | "
                 f"<= {TARGET}x share / epoch after the first | {'; '.join(measured)} | {verdict} |"
             )
     return lines
@@ -166,7 +174,12 @@ def _sim_lines(sim: dict[str, Any]) -> list[str]:
         "",
     ]
     limits = cfg["limits"]
-    names = {"global": "ours, global", "node": "ours, node", "mosaic": "Mosaic py1e + LRU"}
+    names = {
+        "global": "ours, global",
+        "node": "ours, node",
+        "node_window": "ours, node, one window a node",
+        "mosaic": "Mosaic py1e + LRU",
+    }
     for shards in cfg["shard_counts"]:
         lines += [
             f"### {shards} shards",

@@ -102,11 +102,13 @@ class CacheSimConfig:
         limits: Cache limits as fractions of the node's share (None: unlimited).
         windows: Our quasi-random windows in pages, one set of rows each (the first is
             ``sim.window_pages``'s default, 32 pages of 8 MiB: 256 MiB).
+        node_windows: Windows of ``node_window=True`` (one a node), in pages.
     """
 
     sim: SimConfig = field(default_factory=_default_sim)
     limits: tuple[float | None, ...] = LIMITS
     windows: tuple[int, ...] = (32, 4)
+    node_windows: tuple[int, ...] = (32, 64, 128)
 
 
 def smoke_cache_sim() -> CacheSimConfig:
@@ -193,7 +195,8 @@ def ours_epoch(
 ) -> list[np.ndarray]:
     """Every rank's sample sequence of ``epoch`` (node-major ranks), from the loader's
     :func:`~ffcv_pairs.load.node_order.rank_order`, quasi-random, ``drop_last``."""
-    specs = rank_specs(cfg, nodes, partition)
+    firsts = np.concatenate([[0], np.cumsum(-(-data.shard_sizes // cfg.page_samples))])[:-1]
+    specs = rank_specs(cfg, nodes, partition, tuple(int(p) for p in firsts))
     return [rank_order(data.index, s, epoch) for s in specs]
 
 
@@ -286,9 +289,11 @@ def _figures(
     return {"cache": cache_rows, "opening": int(ours["opening"].sum()) / share, **quality}
 
 
-def _orders(windows: tuple[int, ...]) -> list[tuple[str, int | None]]:
-    """(order, window) pairs: ours in each partition and window, then Mosaic's."""
-    return [(o, w) for w in windows for o in ("global", "node")] + [("mosaic", None)]
+def _orders(windows: tuple[int, ...], shared: tuple[int, ...]) -> list[tuple[str, int | None]]:
+    """(order, window) pairs: ours in each partition and window, with one window a node in
+    each of ``shared``, then Mosaic's."""
+    ours = [(o, w) for w in windows for o in ("global", "node")]
+    return ours + [("node_window", w) for w in shared] + [("mosaic", None)]
 
 
 def simulate_caches(cfg: CacheSimConfig, work: Path, extras: bool) -> dict[str, Any]:
@@ -303,7 +308,7 @@ def simulate_caches(cfg: CacheSimConfig, work: Path, extras: bool) -> dict[str, 
     for shards in sim.shard_counts:
         data = make_dataset(sim, shards)
         for nodes in sim.nodes:
-            for order, window in _orders(cfg.windows):
+            for order, window in _orders(cfg.windows, cfg.node_windows):
                 t = time.perf_counter()
                 if order == "mosaic":
                     if python is None:
@@ -333,5 +338,6 @@ def simulate_caches(cfg: CacheSimConfig, work: Path, extras: bool) -> dict[str, 
                 log.info("remote sim: %d shards, %d nodes, %s, window %s: %.1f s", shards, nodes,
                          order, window, time.perf_counter() - t)  # fmt: skip
     shutil.rmtree(work / "mosaic", ignore_errors=True)
-    config = {**asdict(sim), "limits": list(cfg.limits), "windows": list(cfg.windows)}
+    config = {**asdict(sim), "limits": list(cfg.limits), "windows": list(cfg.windows),
+              "node_windows": list(cfg.node_windows)}  # fmt: skip
     return {"config": config, "rows": rows, "mosaic": mosaic}

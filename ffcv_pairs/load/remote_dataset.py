@@ -1,17 +1,19 @@
 """A dataset manifest at a URL (``s3://bucket/train.json``), opened through a node cache.
 
-Opening reads, through fsspec, the manifest, each shard's sidecar, and with two ranged
-reads per shard the bytes the loader needs before any sample: the header, field table and
-metadata (up to the sidecar's ``data_start``) and the allocation table. These go into a
-**skeleton** of each shard under ``<cache_dir>/<name>-<key>/meta/``: a sparse file of the
-shard's size holding only those bytes, beside its sidecar (the requests of each kind are
-in flight together: the sidecars, then the heads, then the allocation tables). The
-skeletons are opened as a local dataset would be
-(:class:`~ffcv_pairs.format.joined.JoinedReader`: header, tables and their CRCs checked,
-every entry checked against the manifest), so the loader knows
-every pointer without downloading a data page. The data pages come from the whole shard,
-downloaded into the node's cache when a batch needs it (:mod:`~.shard_cache`) and mapped
-for as long as it does (:mod:`~.residency`); the skeletons are never mapped for reading.
+Opening reads, through fsspec, the manifest, each shard's sidecar, and with ranged reads
+the bytes the loader needs before any sample: each shard's header and field table, then
+its metadata table (its end computed from them), and for JPEG fields its allocation table
+(the sizes; raw fields have their field's size, and their table comes with the shard).
+These go into a **skeleton** of each shard under ``<cache_dir>/<name>-<key>/meta/``: a
+sparse file of the shard's size holding only those bytes, beside its sidecar (the requests
+of each kind are in flight together). The skeletons are opened as a local dataset would be
+(:class:`~ffcv_pairs.format.joined.JoinedReader`: header, tables and their block CRCs
+checked, the rest of the header's page as the zeros the writer leaves, every entry checked
+against the manifest), so the loader knows every pointer without downloading a data page.
+The data pages come with the shard, put together in the node's cache from its skeleton and
+ranged reads of its samples and allocation table (:class:`~.shard_cache.Assembly`, checked
+whole against its digest) when a batch needs it (:mod:`~.shard_cache`), and mapped for as
+long as it does (:mod:`~.residency`); the skeletons are never mapped for reading.
 
 The skeletons are built once per node: under a lock, temp file then rename, so ranks that
 open the dataset together, or a rerun after a crash, find them whole or build them again.

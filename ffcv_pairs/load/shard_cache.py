@@ -16,8 +16,11 @@ lock behind and nothing to clean:
 * ``locks/<k>.use``, held shared by every rank that has shard ``k`` mapped: the per-node
   count of mappings, kept by the kernel. A shard is evicted only under an exclusive lock
   of it, taken without waiting, so a mapped shard is never evicted.
-* ``locks/evict``, held while space is counted and made: every file in ``data/`` counts,
-  partial downloads too (their space is reserved with ``fallocate`` before they start).
+* ``locks/evict``, held while space is counted and made: every shard in ``data/`` counts,
+  partial downloads too (their space is reserved with ``fallocate`` before they start), at
+  the bytes it holds (:attr:`ShardCache.held`: a download is put together from the shard's
+  skeleton and ranged reads of its samples and allocation table, :class:`Assembly`; the
+  rest of the file is a hole).
 
 Eviction is Belady's (:func:`~.cache_plan.choose_victims`) over the next uses the caller
 gives; a shard whose remote copy is gone is never evicted.

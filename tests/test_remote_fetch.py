@@ -14,6 +14,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 from test_remote import SHARDS, batches, write_dataset
 
+from ffcv_pairs import make_loader
 from ffcv_pairs.format.joined import JoinedReader
 from ffcv_pairs.format.schema import PairSchema
 from ffcv_pairs.load import shard_cache
@@ -110,3 +111,30 @@ def test_the_simulators_byte_model_is_the_loaders(dataset: Path, tmp_path: Path)
     assert int(model["opening"].sum()) == opening
     assert int(model["fetched"].sum()) == fetched
     assert model["held"].tolist() == reader.cache.held
+
+
+def test_a_node_window_fits_a_cache_the_rank_windows_overflow(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 ranks of one node, windows of 2 pages (4 samples a page, 10 pages a shard): a
+    window each reads more than 3 of the 6 shards over two batches, so a limit of 3 shards
+    is refused; one window for the node (node_window=True) reads fewer, and its batches are
+    the local dataset's under the same order."""
+    from test_remote import shard_bytes
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    limit = 3 * shard_bytes(dataset)
+    kw = {"batch_size": 4, "seed": 5, "window_bytes": 8192, "partition": "node", "world_size": 2}
+    with pytest.raises(ValueError, match=f"cache_limit {limit} bytes is below the"):
+        make_loader(f"file://{dataset}", **kw, rank=0, cache_dir=tmp_path, cache_limit=limit)
+    kw["node_window"] = True
+    for rank in range(2):
+        remote = make_loader(
+            f"file://{dataset}", **kw, rank=rank, cache_dir=tmp_path, cache_limit=limit
+        )
+        assert remote.spec.shard_pages == tuple(int(b) // 4096 for b in JoinedReader(dataset).bases)
+        local = make_loader(dataset, **kw, rank=rank)
+        got = [tuple(t.numpy().tobytes() for t in b) for b in remote]
+        assert got == [tuple(t.numpy().tobytes() for t in b) for b in local]
+    with pytest.raises(ValueError, match="node_window=True shares a node's window"):
+        make_loader(dataset, batch_size=4, node_window=True)

@@ -115,13 +115,16 @@ def test_the_multinode_config_trains_from_a_url_through_the_node_cache(
     cpu += ["--trainer.strategy=auto", "--trainer.precision=32", "--trainer.callbacks=[]"]
     data = [f"--data.train_path=file://{dataset}", f"--data.cache_dir={tmp_path / 'cache'}"]
     data += ["--data.cache_limit=10MB", "--data.global_batch_size=16", "--data.augment=null"]
+    data += ["--data.node_window=true", "--data.window_bytes=8192"]
     config = ["--config", str(CONFIGS / "multinode.yaml")]
     cli = cli_main([*config, *cpu, *data, f"--trainer.default_root_dir={tmp_path}"], run=False)
     loader = cli.datamodule.train_dataloader()
     assert isinstance(loader.reader, RemoteReader) and loader.spec.partition == "node"
+    assert loader.spec.node_window and loader.spec.window_pages == 2
     assert loader.reader.cache.limit == 10_000_000
     got = [tuple(t.numpy().tobytes() for t in batch) for batch in loader]
     kw = {"partition": "node", "canonical_nodes": 8, "seed": 0, "drop_last": True}
+    kw |= {"node_window": True, "window_bytes": 8192}
     want = make_loader(dataset, batch_size=16, **kw)
     assert got == [tuple(t.numpy().tobytes() for t in batch) for batch in want]
     assert got == batches(dataset, 1, **kw)[: len(got)]

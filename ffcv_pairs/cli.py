@@ -39,6 +39,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from .format.objectstore import path_or_url
+
 __all__ = ["main", "write_main"]
 
 EXIT_MISMATCH = 1
@@ -296,7 +298,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _add_inspect_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=path_or_url, help="a .beton, a dataset manifest, or its URL")
     p.add_argument(
         "--preview",
         type=int,
@@ -310,7 +312,7 @@ def _add_inspect_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_verify_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=path_or_url, help="a .beton, a dataset manifest, or its URL")
     p.add_argument(
         "--against",
         type=Path,
@@ -371,7 +373,7 @@ def write_main(argv: Sequence[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ffcv-pairs`` (installed by pip) and ``python -m ffcv_pairs``."""
-    from .dataset_commands import add_merge_args, is_dataset_manifest, merge, verify_dataset
+    from .dataset_commands import add_merge_args, merge, remote_or, verify_dataset
 
     named = os.path.basename(sys.argv[0]) == "ffcv-pairs"
     p = _Parser(prog="ffcv-pairs" if named else "python -m ffcv_pairs")
@@ -390,8 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "write": _write,
-        "inspect": _inspect,
-        "verify": lambda a: verify_dataset(a) if is_dataset_manifest(a.file) else _verify(a),
+        "inspect": remote_or(_inspect),
+        "verify": remote_or(_verify, verify_dataset),
         "warmup": _warmup,
         "merge": merge,
     }

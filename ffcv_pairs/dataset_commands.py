@@ -17,7 +17,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ __all__ = [
     "is_dataset_manifest",
     "merge",
     "part_record",
+    "remote_or",
     "shard_path",
     "verify_dataset",
 ]
@@ -288,6 +289,27 @@ def verify_dataset(args: argparse.Namespace) -> int:
         print(f"shard {i}: OK {shard} ({reader.num_samples} samples, {reader.file_size} bytes)")
     print(f"OK: {path} ({_shards(len(paths))}, {dataset.num_samples} samples)")
     return 0
+
+
+def remote_or(
+    local: Callable[[argparse.Namespace], int],
+    dataset: Callable[[argparse.Namespace], int] | None = None,
+) -> Callable[[argparse.Namespace], int]:
+    """``inspect`` or ``verify``: :func:`~.remote_commands.inspect_remote` /
+    :func:`~.remote_commands.verify_remote` for a URL, ``dataset`` (when given) for a
+    local dataset manifest, else ``local``."""
+    from .format.objectstore import is_url
+    from .remote_commands import inspect_remote, verify_remote
+
+    def command(args: argparse.Namespace) -> int:
+        if not is_url(args.file):
+            manifest = dataset is not None and is_dataset_manifest(args.file)
+            return (dataset if manifest and dataset is not None else local)(args)
+        if args.command == "inspect":
+            return inspect_remote(args.file, args.preview)
+        return verify_remote(args.file, args.against)
+
+    return command
 
 
 def _shards(count: int) -> str:

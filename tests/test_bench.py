@@ -598,9 +598,11 @@ def test_remote_sim_smoke_writes_the_report(tmp_path: Path) -> None:
         assert heading in md
     res = json.loads((out / "remote-2026-01-01.json").read_text())
     got = {(r["nodes"], r["order"], r["window"]) for r in res["sim"]["rows"]}
-    assert got == {(p, o, w) for p in (8, 64) for o in ("global", "node") for w in (32, 4)}
+    want = {(p, o, w) for p in (8, 64) for o in ("global", "node") for w in (32, 4)}
+    assert got == want | {(p, "node_window", w) for p in (8, 64) for w in (32, 64, 128)}
     for r in res["sim"]["rows"]:
         assert [c["limit"] for c in r["cache"]] == [None, 1.0, 0.5]
         free = r["cache"][0]
         assert not free["refused"] and free["first_max"] >= 1 - 1e-9, free
     assert md.count('| `partition="node"`') == 6
+    assert md.count('| `partition="node", node_window=True`') == 9

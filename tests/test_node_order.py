@@ -41,6 +41,8 @@ def _spec(rank: int, nodes: int, per_node: int, canonical: int, **kw) -> OrderSp
         "node",
         nodes,
         canonical,
+        kw.pop("node_window", False),
+        kw.pop("shard_pages", ()),
     )
 
 
@@ -52,8 +54,9 @@ def _spec(rank: int, nodes: int, per_node: int, canonical: int, **kw) -> OrderSp
     buckets_each=st.integers(1, 3),
     batch=st.sampled_from([1, 3, 4]),
     drop_last=st.booleans(),
-    kind=st.sampled_from(["quasi_random", "random", "sequential"]),
+    kind=st.sampled_from(["quasi_random", "random", "sequential", "node_window"]),
     epoch=st.integers(0, 4),
+    shard=st.integers(1, 5),
 )
 def test_each_node_reads_its_buckets_in_equal_batches(
     counts: list[int],
@@ -64,10 +67,14 @@ def test_each_node_reads_its_buckets_in_equal_batches(
     drop_last: bool,
     kind: str,
     epoch: int,
+    shard: int,
 ) -> None:
     index = _index(counts)
     canonical = nodes * buckets_each
     kw = {"batch": batch, "drop_last": drop_last, "kind": kind}
+    if kind == "node_window":  # shards of ``shard`` pages
+        kw.update(kind="quasi_random", node_window=True)
+        kw["shard_pages"] = tuple(range(0, len(counts), shard))
     specs = [_spec(r, nodes, per_node, canonical, **kw) for r in range(nodes * per_node)]
     held = [set(node_index(index, specs[0], p).samples.tolist()) for p in range(nodes)]
     assert set().union(*held) == set(range(index.num_samples)), "buckets cover every sample"
@@ -181,6 +188,7 @@ def test_a_node_local_epoch_resumes_on_its_world_and_on_another(beton: Path, mon
     consumed=st.lists(st.integers(0, 4), min_size=3, max_size=3),
     drop_last=st.booleans(),
     epoch=st.integers(0, 3),
+    node_window=st.booleans(),
 )
 def test_elastic_resume_keeps_each_node_on_its_buckets(
     counts: list[int],
@@ -188,6 +196,7 @@ def test_elastic_resume_keeps_each_node_on_its_buckets(
     consumed: list[int],
     drop_last: bool,
     epoch: int,
+    node_window: bool,
 ) -> None:
     """Run an epoch on world after world (nodes, ranks per node, batch), each consuming a
     few batches, then read the rest: equal lengths, each node within its buckets, nothing
@@ -200,7 +209,16 @@ def test_elastic_resume_keeps_each_node_on_its_buckets(
     read: list[int] = []
     for k, (nodes, per_node, batch) in enumerate(worlds):
         specs = [
-            _spec(r, nodes, per_node, canonical, batch=batch, drop_last=drop_last)
+            _spec(
+                r,
+                nodes,
+                per_node,
+                canonical,
+                batch=batch,
+                drop_last=drop_last,
+                node_window=node_window,
+                shard_pages=(0, 5, 9),
+            )
             for r in range(nodes * per_node)
         ]
         try:
@@ -292,3 +310,47 @@ def test_a_node_without_samples_is_refused_on_every_rank_at_once(
             make_loader(
                 path, batch_size=1, partition="node", rank=rank, world_size=4, drop_last=drop_last
             )
+
+
+def test_a_node_window_reads_a_few_shards_at_a_time() -> None:
+    """With node_window the node's 4 ranks share one window over its pages shard by
+    shard: two consecutive steps read 2-3 of the node's 6 shards, where a window a rank
+    reads all 6 (what a node cache must hold, cache_plan.needed_bytes)."""
+    from ffcv_pairs.load.cache_plan import merge_plans, needed_bytes, plan_of
+
+    index = _index([4] * 120)  # 120 pages of 4; shards of 10 pages: 6 a node
+    shard_pages, offsets = tuple(range(0, 120, 10)), np.arange(0, 481, 40)
+    for node_window, most in ((False, 6), (True, 3)):
+        needs = []
+        for epoch in range(3):
+            for node in range(2):
+                plans = []
+                for r in range(node * 4, node * 4 + 4):
+                    kw = {"node_window": node_window, "shard_pages": shard_pages}
+                    order = rank_order(index, _spec(r, 2, 4, 2, batch=4, **kw), epoch)
+                    plans.append(plan_of(np.split(order, range(4, len(order), 4)), offsets))
+                needs.append(needed_bytes(merge_plans(plans), np.ones(12, dtype=np.int64)))
+        assert max(needs) == most, (node_window, needs)
+
+
+def test_a_node_window_deals_the_nodes_stream_to_its_ranks_in_turn() -> None:
+    """The node's stream holds each sample once and reads a shard's pages together (a
+    window of one page: one run a shard); rank r takes its samples r, r + 2, ..."""
+    from dataclasses import replace
+
+    from ffcv_pairs.load.node_order import _local_spec, node_stream
+
+    index = _index([4] * 40)  # 4 shards of 10 pages
+    kw = {"node_window": True, "shard_pages": (0, 10, 20, 30)}
+    spec = _spec(0, 1, 2, 1, batch=4, **kw)
+    orders = [rank_order(index, replace(spec, rank=r), 1) for r in range(2)]
+    stream = node_stream(index, _local_spec(spec, 0), 1)
+    assert sorted(stream.tolist()) == list(range(160))
+    assert orders[0].tolist() == stream[0::2].tolist()
+    assert orders[1].tolist() == stream[1::2].tolist()
+    one = node_stream(index, replace(_local_spec(spec, 0), window_pages=1), 1)
+    shards = one // 40
+    assert np.count_nonzero(np.diff(shards)) == 3, "a shard's pages are read together"
+    assert stream.tolist() != node_stream(index, _local_spec(spec, 0), 2).tolist()
+    with pytest.raises(ValueError, match="node_window shares a window among a node's ranks"):
+        OrderSpec("random", 4, 0, 0, 2, True, 2, "node", 1, 1, True)

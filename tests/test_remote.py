@@ -7,7 +7,6 @@ for the order refused with its numbers; a download killed by SIGKILL redone on a
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import hashlib
@@ -32,7 +31,9 @@ from ffcv_pairs import (
     make_loader,
     write_pairs,
 )
+from ffcv_pairs.format.joined import JoinedReader
 from ffcv_pairs.format.merging import merge_parts
+from ffcv_pairs.format.schema import PairSchema
 from ffcv_pairs.load import shard_cache
 from ffcv_pairs.load.cache_plan import NEVER
 from ffcv_pairs.load.pipeline import LoaderError
@@ -78,16 +79,23 @@ def remote(dataset: Path, tmp_path: Path) -> Path:
 
 
 def shard_bytes(manifest: Path) -> int:
-    return (manifest.parent / "parts" / "s0.beton").stat().st_size
+    """What a shard of ``manifest`` takes in a node cache (they are alike): its header,
+    field table and metadata, its samples (first byte to last) and its allocation table;
+    the rest of its file is a hole."""
+    shard = JoinedReader(manifest).shards[0]
+    ptrs = [shard.image_pointers(name) for name in PairSchema.IMAGE_FIELDS]
+    first = min(int(np.min(p)) for p in ptrs)
+    last = max(int(np.max(p)) + shard.schema.spec(name).nbytes
+               for p, name in zip(ptrs, PairSchema.IMAGE_FIELDS))  # fmt: skip
+    alloc = shard.file_size - int(shard.header["alloc_table_ptr"])
+    return shard.metadata_end + last - first + alloc
 
 
 def held_bytes(data: Path) -> int:
-    """Bytes of the files in a cache's ``data/`` (one may go while they are listed)."""
-    total = 0
-    for path in data.iterdir():
-        with contextlib.suppress(FileNotFoundError):
-            total += path.stat().st_size
-    return total
+    """Bytes a cache's ``data/`` holds by its count (:attr:`ShardCache.held`): its shards
+    and reserved downloads (one may go while they are listed), all alike here."""
+    names = [p.name for p in data.iterdir() if p.suffix in (".beton", ".partial")]
+    return len(names) * shard_bytes(data.parent / "meta" / "train.json")
 
 
 def batches(path: str | Path, epochs: int = 2, **kw: object) -> list[tuple[bytes, ...]]:
@@ -185,16 +193,17 @@ def test_a_truncated_shard_is_refused_by_name(remote: Path, tmp_path: Path) -> N
 def test_a_download_corrupted_once_is_fetched_again(
     remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real, calls = shard_cache._read_block, []
+    real, calls = shard_cache.read_range, []
 
-    def flaky(f: object, size: int) -> bytes:
-        block = real(f, size)
+    def flaky(fs: object, path: str, start: int, end: int) -> bytes:
+        block = real(fs, path, start, end)
         calls.append(len(block))
-        return block[:-1] + b"\0" if len(calls) == 1 and block else block  # the first only
+        return block[:-1] + b"\1" if len(calls) == 1 and block else block  # the first only
 
-    monkeypatch.setattr(shard_cache, "_read_block", flaky)
+    monkeypatch.setattr(shard_cache, "read_range", flaky)
     got = batches(f"file://{remote}", 1, order="sequential", cache_dir=tmp_path / "c")
     assert got == batches(remote, 1, order="sequential")
+    assert len(calls) > 1
 
 
 def _cache(remote: Path, tmp_path: Path, shards: int) -> shard_cache.ShardCache:
@@ -240,12 +249,12 @@ _KILLED = """
 import sys, time
 from pathlib import Path
 from ffcv_pairs.load import shard_cache
-real = shard_cache._read_block
-def slow(f, size):
+real = shard_cache.read_range  # the ranged reads of a shard's first download
+def slow(*args):
     Path(sys.argv[2]).touch()  # the download has begun
     time.sleep(0.2)
-    return real(f, size)
-shard_cache._read_block = slow
+    return real(*args)
+shard_cache.read_range = slow
 from ffcv_pairs import make_loader
 loader = make_loader(sys.argv[1], batch_size=16, order="sequential", cache_dir=sys.argv[3])
 next(iter(loader))
@@ -317,9 +326,9 @@ def test_two_jobs_on_one_cache_download_each_shard_once(
 ) -> None:
     real, fetched = shard_cache.ShardCache._download, []
 
-    def counted(cache: shard_cache.ShardCache, k: int, partial: Path) -> str | None:
+    def counted(cache: shard_cache.ShardCache, k: int, partial: Path, assemble: bool) -> str | None:
         fetched.append(k)
-        return real(cache, k, partial)
+        return real(cache, k, partial, assemble)
 
     monkeypatch.setattr(shard_cache.ShardCache, "_download", counted)
     loaders = []

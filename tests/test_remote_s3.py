@@ -135,6 +135,8 @@ def test_write_to_s3_then_load_it(s3_dataset: str, tmp_path: Path) -> None:
     assert main(["write", *argv, "--page-size", "4096", "--no-progress", "--to", WRITTEN]) == 0
     got = batches(f"{WRITTEN}/train.json", 1, cache_dir=tmp_path / "c")
     assert got == batches(tmp_path / "out" / "train.beton", 1)
+    assert main(["inspect", f"{WRITTEN}/train.json"]) == 0  # the manifest and headers
+    assert main(["verify", f"{WRITTEN}/train.json"]) == 0  # every shard, streamed
 
 
 def _fs() -> object:

@@ -226,10 +226,14 @@ def over_epochs(epochs: list[dict[str, Any]], data: Dataset, nodes: int) -> dict
     }
 
 
-def rank_specs(cfg: SimConfig, nodes: int, partition: str) -> list[OrderSpec]:
+def rank_specs(
+    cfg: SimConfig, nodes: int, partition: str, shard_pages: tuple[int, ...] = ()
+) -> list[OrderSpec]:
     """The loader's order spec of every rank (node-major) of ``nodes`` nodes: quasi-random,
-    ``drop_last``, global or node-local."""
-    node = partition == "node"
+    ``drop_last``, global or node-local, or (``"node_window"``) node-local with one window a
+    node over the shards that start at ``shard_pages``."""
+    node = partition in ("node", "node_window")
+    shared = partition == "node_window"
     return [
         OrderSpec(
             "quasi_random",
@@ -242,6 +246,8 @@ def rank_specs(cfg: SimConfig, nodes: int, partition: str) -> list[OrderSpec]:
             "node" if node else "global",
             nodes if node else 1,
             cfg.canonical_nodes if node else 1,
+            shared,
+            shard_pages if shared else (),
         )
         for rank in range(nodes * cfg.ranks_per_node)
     ]

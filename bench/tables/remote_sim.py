@@ -56,6 +56,7 @@ __all__ = [
     "lru_epochs",
     "node_plans",
     "ours_epoch",
+    "shard_bytes",
     "simulate_caches",
     "smoke_cache_sim",
 ]
@@ -64,6 +65,26 @@ log = logging.getLogger(__name__)
 
 #: Cache limits as fractions of a node's share of the dataset; None: no limit.
 LIMITS: tuple[float | None, ...] = (None, 1.0, 0.5)
+
+#: A shard's bytes besides its samples, as the loader's remote reads see them (raw A and B
+#: and a label): a header and 3 field descriptors, a metadata row a pair (read on opening,
+#: for every shard), and 2 allocation-table rows a pair (fetched with the shard).
+HEADER_BYTES, META_ROW, ALLOC_ROWS = 24 + 3 * 1041, 24, 48
+
+
+def shard_bytes(sim: SimConfig, shard_sizes: np.ndarray) -> dict[str, np.ndarray]:
+    """Per shard, in bytes: ``fetched`` (a download: its samples from its first page's
+    start to its last sample's end, pages of ``page_samples`` samples padded to a power of
+    two, and its allocation table), ``held`` (what the cache counts: that and its header
+    and metadata, copied from its skeleton) and ``opening`` (its skeleton, read by every
+    node: header and metadata)."""
+    n = np.asarray(shard_sizes, dtype=np.int64)
+    page = 1 << (sim.page_samples * sim.sample_bytes - 1).bit_length()
+    full = (n - 1) // sim.page_samples  # pages before the last, which holds the rest
+    span = full * page + (n - full * sim.page_samples) * sim.sample_bytes
+    opening = HEADER_BYTES + META_ROW * n
+    fetched = span + ALLOC_ROWS * n
+    return {"fetched": fetched, "held": fetched + opening, "opening": opening}
 
 
 def _default_sim() -> SimConfig:
@@ -81,11 +102,13 @@ class CacheSimConfig:
         limits: Cache limits as fractions of the node's share (None: unlimited).
         windows: Our quasi-random windows in pages, one set of rows each (the first is
             ``sim.window_pages``'s default, 32 pages of 8 MiB: 256 MiB).
+        node_windows: Windows of ``node_window=True`` (one a node), in pages.
     """
 
     sim: SimConfig = field(default_factory=_default_sim)
     limits: tuple[float | None, ...] = LIMITS
     windows: tuple[int, ...] = (32, 4)
+    node_windows: tuple[int, ...] = (32, 64, 128)
 
 
 def smoke_cache_sim() -> CacheSimConfig:
@@ -109,15 +132,20 @@ def node_plans(seqs: list[np.ndarray], offsets: np.ndarray, ranks: int, batch: i
 
 
 def cache_epochs(
-    plans: list[Plan], sizes: np.ndarray, limit: int | None, policy: str = "belady"
+    plans: list[Plan],
+    sizes: np.ndarray,
+    limit: int | None,
+    policy: str = "belady",
+    fetched: np.ndarray | None = None,
 ) -> list[dict[str, int]]:
     """One node's cache over its epochs' plans (see the module for the model): per epoch,
     ``downloaded`` bytes, ``peak`` bytes cached and ``fetches`` (downloads).
 
     Args:
         plans: The node's plan of each epoch, in order.
-        sizes: Bytes of each shard.
+        sizes: Bytes each shard takes in the cache.
         limit: The cache limit in bytes; None: never evict.
+        fetched: Bytes each shard's download reads (None: ``sizes``).
         policy: ``"belady"`` (furthest next use in this epoch's plan first, the loader's
             rule) or ``"lru"`` (least recently used first, Mosaic's rule).
 
@@ -127,6 +155,7 @@ def cache_epochs(
     if policy not in ("belady", "lru"):
         raise ValueError(f"policy {policy!r} is not one of 'belady', 'lru'")
     sizes = np.asarray(sizes, dtype=np.int64)
+    fetched = sizes if fetched is None else np.asarray(fetched, dtype=np.int64)
     cached: dict[int, int] = {}
     last = np.zeros(len(sizes), dtype=np.int64)
     used = clock = 0
@@ -153,7 +182,7 @@ def cache_epochs(
                         used -= cached.pop(j)
                 cached[k] = int(sizes[k])
                 used += cached[k]
-                down += cached[k]
+                down += int(fetched[k])
                 fetches += 1
                 peak = max(peak, used)
             last[want] = clock
@@ -166,7 +195,8 @@ def ours_epoch(
 ) -> list[np.ndarray]:
     """Every rank's sample sequence of ``epoch`` (node-major ranks), from the loader's
     :func:`~ffcv_pairs.load.node_order.rank_order`, quasi-random, ``drop_last``."""
-    specs = rank_specs(cfg, nodes, partition)
+    firsts = np.concatenate([[0], np.cumsum(-(-data.shard_sizes // cfg.page_samples))])[:-1]
+    specs = rank_specs(cfg, nodes, partition, tuple(int(p) for p in firsts))
     return [rank_order(data.index, s, epoch) for s in specs]
 
 
@@ -221,14 +251,15 @@ def _figures(
     sim = cfg.sim
     ranks = sim.ranks_per_node
     nodes = len(per_epoch[0]) // ranks
-    sizes = data.shard_sizes * sim.sample_bytes
+    sizes = data.shard_sizes * sim.sample_bytes  # Mosaic's shards: the samples
+    ours = shard_bytes(sim, data.shard_sizes)
     offsets = np.concatenate([[0], np.cumsum(data.shard_sizes)]).astype(np.int64)
     share = sim.samples * sim.sample_bytes / nodes
     quality = over_epochs(
         [epoch_figures(s, data, ranks, sim.batch_size) for s in per_epoch], data, nodes
     )
     plans = [] if lru else [node_plans(s, offsets, ranks, sim.batch_size) for s in per_epoch]
-    need = max((needed_bytes(e[p], sizes) for e in plans for p in range(nodes)), default=0)
+    need = max((needed_bytes(e[p], ours["held"]) for e in plans for p in range(nodes)), default=0)
     cache_rows = []
     for fraction in cfg.limits:
         limit = None if fraction is None else int(fraction * share)
@@ -240,7 +271,10 @@ def _figures(
             mine = [[e[p * ranks : (p + 1) * ranks] for e in per_epoch] for p in range(nodes)]
             runs = [lru_epochs(m, offsets, sizes, limit) for m in mine]
         else:
-            runs = [cache_epochs([e[p] for e in plans], sizes, limit) for p in range(nodes)]
+            runs = [
+                cache_epochs([e[p] for e in plans], ours["held"], limit, fetched=ours["fetched"])
+                for p in range(nodes)
+            ]
         first = [r[0]["downloaded"] / share for r in runs]
         later = [e["downloaded"] / share for r in runs for e in r[1:]]
         cache_rows.append({
@@ -250,15 +284,16 @@ def _figures(
             "later_max": max(later) if later else None,
             "peak_max": max(e["peak"] for r in runs for e in r) / share,
         })  # fmt: skip
-    # Opening a remote dataset reads each shard's skeleton on every node: its first page
-    # (the header's; data starts on a page) and its allocation table (48 bytes a pair).
-    skeleton = len(sizes) * sim.page_samples * sim.sample_bytes + 48 * sim.samples
-    return {"cache": cache_rows, "opening": skeleton / share, **quality}
+    # Opening a remote dataset reads each shard's skeleton on every node: its header and
+    # metadata (the allocation table of raw fields comes with the shard).
+    return {"cache": cache_rows, "opening": int(ours["opening"].sum()) / share, **quality}
 
 
-def _orders(windows: tuple[int, ...]) -> list[tuple[str, int | None]]:
-    """(order, window) pairs: ours in each partition and window, then Mosaic's."""
-    return [(o, w) for w in windows for o in ("global", "node")] + [("mosaic", None)]
+def _orders(windows: tuple[int, ...], shared: tuple[int, ...]) -> list[tuple[str, int | None]]:
+    """(order, window) pairs: ours in each partition and window, with one window a node in
+    each of ``shared``, then Mosaic's."""
+    ours = [(o, w) for w in windows for o in ("global", "node")]
+    return ours + [("node_window", w) for w in shared] + [("mosaic", None)]
 
 
 def simulate_caches(cfg: CacheSimConfig, work: Path, extras: bool) -> dict[str, Any]:
@@ -273,7 +308,7 @@ def simulate_caches(cfg: CacheSimConfig, work: Path, extras: bool) -> dict[str, 
     for shards in sim.shard_counts:
         data = make_dataset(sim, shards)
         for nodes in sim.nodes:
-            for order, window in _orders(cfg.windows):
+            for order, window in _orders(cfg.windows, cfg.node_windows):
                 t = time.perf_counter()
                 if order == "mosaic":
                     if python is None:
@@ -303,5 +338,6 @@ def simulate_caches(cfg: CacheSimConfig, work: Path, extras: bool) -> dict[str, 
                 log.info("remote sim: %d shards, %d nodes, %s, window %s: %.1f s", shards, nodes,
                          order, window, time.perf_counter() - t)  # fmt: skip
     shutil.rmtree(work / "mosaic", ignore_errors=True)
-    config = {**asdict(sim), "limits": list(cfg.limits), "windows": list(cfg.windows)}
+    config = {**asdict(sim), "limits": list(cfg.limits), "windows": list(cfg.windows),
+              "node_windows": list(cfg.node_windows)}  # fmt: skip
     return {"config": config, "rows": rows, "mosaic": mosaic}

@@ -21,6 +21,7 @@ __all__ = [
     "StoreError",
     "is_url",
     "open_url",
+    "path_or_url",
     "put_new",
     "read_range",
     "sibling",
@@ -37,6 +38,14 @@ class StoreError(FfcvPairsError, OSError):
 def is_url(path: Any) -> bool:
     """Whether ``path`` is a URL with a protocol (``s3://b/x.json``), not a local path."""
     return isinstance(path, str) and "://" in path and not path.startswith("/")
+
+
+def path_or_url(text: str) -> Any:
+    """A command's file argument: a URL as it is (``Path`` would fold its ``//``), else a
+    local :class:`~pathlib.Path`."""
+    from pathlib import Path
+
+    return text if is_url(text) else Path(text)
 
 
 def open_url(url: str) -> tuple[Any, str]:

@@ -152,6 +152,16 @@ class PairReader(Reader):
             self._fname, dtype=ALLOC_TABLE_TYPE, mode="r", offset=ptr, shape=(count,)
         ).view(np.ndarray)
 
+    def stand_in_sizes(self, sizes: np.ndarray) -> None:
+        """Answer :meth:`image_sizes` with ``sizes`` (``(num_samples, 2)`` uint64, A's and
+        B's stored bytes) instead of the allocation table, which is then not read: for a
+        remote shard's skeleton of raw fields, which holds no allocation table (the shard,
+        its table included, is checked against its digest before it is read)."""
+        if sizes.shape != (self.num_samples, 2):
+            raise ValueError(f"sizes of shape {sizes.shape}, expected ({self.num_samples}, 2)")
+        self._sizes = sizes
+        self.alloc_table = np.zeros(0, dtype=ALLOC_TABLE_TYPE)
+
     @property
     def files(self) -> list[Path]:
         """The files read: this one."""

@@ -101,6 +101,7 @@ class PairDataModule(L.LightningDataModule):
         "max_ram_gb",
         "partition",
         "canonical_nodes",
+        "node_window",
         "cache_dir",
         "cache_limit",
     ]
@@ -131,6 +132,7 @@ class PairDataModule(L.LightningDataModule):
         max_ram_gb: float | None = None,
         partition: Partition = "global",
         canonical_nodes: int | None = None,
+        node_window: bool = False,
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,
         device: str | None = None,

@@ -104,7 +104,11 @@ class PairLoader:
         #: Each epoch's index and the sample ids of its entries (a mixture's change).
         self.samples = EpochSamples(self.index, self.reader, mixture, cfg.seed)
         page_size = int(self.reader.page_size)
-        self.spec = loader_spec(cfg, self.rank, self.world_size, page_size, mixture is not None)
+        shards = getattr(self.reader, "bases", None)  # a dataset of shards: where each starts
+        firsts = () if shards is None else tuple(int(b) // page_size for b in shards)
+        self.spec = loader_spec(
+            cfg, self.rank, self.world_size, page_size, mixture is not None, firsts
+        )
         share = self.num_samples
         if cfg.drop_last and share == 0:
             each = self.samples.num_samples // self.world_size
@@ -371,6 +375,7 @@ def make_loader(
     max_ram_gb: float | None = None,
     partition: Partition = "global",
     canonical_nodes: int | None = None,
+    node_window: bool = False,
     epoch_size: int | None = None,
     field_ops: Mapping[str, Sequence[Operation]] | None = None,
     cache_dir: str | None = None,

@@ -302,9 +302,13 @@ def open_streams(
         if is_url(path):  # every download is checked whole, with or without verify
             return open_remote(str(path), config.cache_dir, config.cache_limit), None, None
         return open_dataset(path, full_check=verify), None, None
-    if any(is_url(s) or is_url(getattr(s, "path", None)) for s in path):
-        raise ValueError("a mixture reads local datasets; a URL is read alone, as path")
-    streams = as_streams(path)
+    streams = as_streams(path)  # a Stream keeps its path as given: a URL stays one
+    url = next((s.path for s in streams if is_url(s.path)), None)
+    if url is not None:
+        raise ValueError(
+            f"{url}: a mixture reads local datasets; a URL is read alone, as path (or copy "
+            f"the datasets to local disk and mix them there)"
+        )
     if indices is not None:
         raise ValueError(
             "indices selects samples of one dataset; a mixture's streams choose theirs "

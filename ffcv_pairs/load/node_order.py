@@ -44,7 +44,7 @@ import numpy as np
 from ..kernels.hashing import key3
 from .index import PageIndex
 from .options import LoaderConfig
-from .order import OrderSpec, epoch_order, read_order
+from .order import OrderSpec, drawn, epoch_order, read_order, shuffled_groups
 from .world import local_ranks
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "node_order",
     "node_resumed_order",
     "node_share",
+    "node_stream",
     "rank_order",
     "rank_samples",
 ]
@@ -125,6 +126,23 @@ def node_share(index: PageIndex, spec: OrderSpec) -> int:
     return length
 
 
+def node_stream(mine: PageIndex, local: OrderSpec, epoch: int) -> np.ndarray:
+    """A node's samples in the order its ranks take them in turn, with ``node_window``:
+    its pages shard-major (shards by ``local.shard_pages``), drawn through one window."""
+    firsts = np.asarray(local.shard_pages, dtype=np.int64)
+    shards = np.searchsorted(firsts, mine.pages, side="right")
+    return drawn(mine, shuffled_groups(shards, local.seed, epoch), local, epoch, _TAG)
+
+
+def _dealt(stream: np.ndarray, rank: int, ranks: int, length: int) -> np.ndarray:
+    """Rank ``rank``'s ``length`` samples of ``stream`` dealt to ``ranks`` in turn (sample
+    ``t`` to rank ``t % ranks``), wrapping past the end (the padding)."""
+    if length and not len(stream):
+        raise ValueError(f"no samples left for the {length} each rank must read")
+    at = rank + ranks * np.arange(length, dtype=np.int64)
+    return stream[at % max(1, len(stream))]
+
+
 def node_order(index: PageIndex, spec: OrderSpec, epoch: int) -> np.ndarray:
     """The sample ids this rank reads in ``epoch`` under the node-local order."""
     _, _, node = _nodes(spec)
@@ -132,6 +150,8 @@ def node_order(index: PageIndex, spec: OrderSpec, epoch: int) -> np.ndarray:
     local = _local_spec(spec, node)
     start, _ = local.share(mine.num_samples)
     length = node_share(index, spec)  # refuses a node that holds too few
+    if spec.node_window:
+        return _dealt(node_stream(mine, local, epoch), local.rank, local.world_size, length)
     return read_order(mine, local, epoch, start % max(1, mine.num_samples), length, local.rank)
 
 
@@ -150,19 +170,27 @@ def rank_samples(index: PageIndex, spec: OrderSpec) -> int:
 
 
 def loader_spec(
-    cfg: LoaderConfig, rank: int, world_size: int, page_size: int, mixture: bool
+    cfg: LoaderConfig,
+    rank: int,
+    world_size: int,
+    page_size: int,
+    mixture: bool,
+    shard_pages: tuple[int, ...] = (),
 ) -> OrderSpec:
     """The loader's :class:`OrderSpec`: ``cfg``'s order on this world, its window in
     pages, and for ``partition="node"`` the nodes (``world_size`` over the ranks of this
-    node, :func:`~.world.local_ranks`) and ``canonical_nodes`` (default: the nodes).
+    node, :func:`~.world.local_ranks`), ``canonical_nodes`` (default: the nodes) and
+    ``node_window`` (over the shards that start at ``shard_pages``).
 
     Raises:
-        ValueError: ``partition="node"`` with a mixture, or nodes and buckets that do
-            not divide (named).
+        ValueError: ``partition="node"`` with a mixture, nodes and buckets that do not
+            divide, or ``node_window`` without ``partition="node"`` (named).
     """
     window = max(1, cfg.window_bytes // int(page_size))
     spec = OrderSpec(cfg.order, cfg.batch_size, cfg.seed, rank, world_size, cfg.drop_last, window)
     if cfg.partition == "global":
+        if cfg.node_window:
+            raise ValueError("node_window=True shares a node's window: give partition='node'")
         return spec
     if mixture:
         raise ValueError(
@@ -177,7 +205,12 @@ def loader_spec(
         )
     nodes = world_size // local
     return replace(
-        spec, partition="node", nodes=nodes, canonical_nodes=cfg.canonical_nodes or nodes
+        spec,
+        partition="node",
+        nodes=nodes,
+        canonical_nodes=cfg.canonical_nodes or nodes,
+        node_window=cfg.node_window,
+        shard_pages=shard_pages if cfg.node_window else (),
     )
 
 
@@ -203,7 +236,10 @@ def _pools(index: PageIndex, spec: OrderSpec, epoch: int, consumed: np.ndarray) 
     for node in range(spec.nodes):
         mine = node_index(index, spec, node)
         local = _local_spec(spec, node)
-        sequence = read_order(mine, local, epoch, 0, mine.num_samples, None)
+        if spec.node_window:
+            sequence = node_stream(mine, local, epoch)
+        else:
+            sequence = read_order(mine, local, epoch, 0, mine.num_samples, None)
         pools.append(sequence[~consumed[sequence]])
     return pools
 
@@ -219,6 +255,8 @@ def _pool_order(pools: list[np.ndarray], spec: OrderSpec) -> np.ndarray:
     start = local.share(len(pool))[0]
     if length and not len(pool):
         raise ValueError(f"node {node} has no samples left for the {length} each rank must read")
+    if spec.node_window:
+        return _dealt(pool, local.rank, local.world_size, length)
     return pool[(start + np.arange(length, dtype=np.int64)) % max(1, len(pool))]
 
 

@@ -151,6 +151,14 @@ class LoaderConfig:
         "nodes); keep it fixed, a multiple of every node count you run on.",
         None,
     )
+    node_window: bool = option(
+        "With ``partition='node'`` and the quasi-random order, the node's ranks share one "
+        "window of ``window_bytes`` over the node's pages taken shard by shard, and are "
+        "dealt its samples in turn: the node reads a few shards at a time, so a "
+        "``cache_limit`` of its share holds two batches' shards at 16-64 nodes (see "
+        "``docs/remote.md``). False: each rank its own window over its own run of pages.",
+        False,
+    )
     epoch_size: int | None = option(
         "With a mixture of streams given as ``path``, samples per epoch (across ranks) that "
         "their proportions share out (default: their total); see :mod:`~ffcv_pairs.load."
@@ -217,6 +225,7 @@ class LoaderConfig:
         put("epoch_size", optional(integer)("epoch_size", self.epoch_size, 1))
         put("partition", one_of("partition", self.partition, PARTITIONS))
         put("canonical_nodes", optional(integer)("canonical_nodes", self.canonical_nodes, 1))
+        put("node_window", flag("node_window", self.node_window))
         put("field_ops", check_field_ops(self.field_ops))
         if self.cache_dir is not None and not isinstance(self.cache_dir, str | os.PathLike):
             raise TypeError(f"cache_dir must be a folder's path or None, got {self.cache_dir!r}")

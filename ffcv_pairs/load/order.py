@@ -52,8 +52,10 @@ __all__ = [
     "PairTraversalOrder",
     "Partition",
     "deal",
+    "drawn",
     "epoch_order",
     "read_order",
+    "shuffled_groups",
 ]
 
 OrderKind = Literal["quasi_random", "random", "sequential"]
@@ -63,7 +65,7 @@ PARTITIONS: tuple[str, ...] = ("global", "node")
 
 _MASK64 = (1 << 64) - 1
 # What each of an epoch's keys is for: part of the key, so no two draws share numbers.
-_PAGES, _SHUFFLE, _WINDOW, _RANDOM = 1, 2, 3, 4
+_PAGES, _SHUFFLE, _WINDOW, _RANDOM, _GROUPS, _ITEMS = 1, 2, 3, 4, 5, 6
 
 
 @nb.njit(cache=True, nogil=True)
@@ -132,6 +134,12 @@ class OrderSpec:
         nodes: Physical nodes (``world_size`` must be a multiple), for ``"node"``.
         canonical_nodes: Buckets the file is cut into (a multiple of ``nodes``), for
             ``"node"``.
+        node_window: For ``"node"`` and ``"quasi_random"``: the node's ranks share one
+            window of ``window_pages`` over the node's pages ordered shard-major (its
+            shards permuted, a shard's pages together), and are dealt its samples in turn
+            (see :mod:`~.node_order`). False: each rank its own window over its own run.
+        shard_pages: The first page of each shard, ascending (``node_window``'s shards;
+            empty: the file is one shard).
     """
 
     kind: OrderKind = "quasi_random"
@@ -144,6 +152,8 @@ class OrderSpec:
     partition: Partition = "global"
     nodes: int = 1
     canonical_nodes: int = 1
+    node_window: bool = False
+    shard_pages: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ORDERS:
@@ -160,6 +170,12 @@ class OrderSpec:
             raise ValueError(
                 f"world_size {self.world_size} is not a whole number of ranks on each of "
                 f"{self.nodes} nodes"
+            )
+        if self.node_window and (self.partition != "node" or self.kind != "quasi_random"):
+            raise ValueError(
+                f"node_window shares a window among a node's ranks: it needs "
+                f"partition='node' and order='quasi_random', got partition={self.partition!r}, "
+                f"order={self.kind!r}"
             )
         if self.canonical_nodes < 1 or self.canonical_nodes % self.nodes:
             raise ValueError(
@@ -270,6 +286,44 @@ def read_order(
         out,
     )
     return out
+
+
+def drawn(
+    index: PageIndex, pages: np.ndarray, spec: OrderSpec, epoch: int, stream: int
+) -> np.ndarray:
+    """All of ``index``'s samples, ``pages`` (positions in ``index``, every one once) in
+    that order, each page shuffled as :func:`read_order` shuffles it, drawn through one
+    window of ``spec.window_pages`` keyed by ``(seed, epoch, stream)``."""
+    counts = index.counts()[pages]
+    runs = np.stack([pages, np.zeros_like(counts), counts]).astype(np.int64)
+    out = np.empty(index.num_samples, dtype=np.int64)
+    _quasi_random(
+        index.samples,
+        index.starts,
+        runs,
+        _key(spec.seed, epoch, _SHUFFLE),
+        spec.window_pages,
+        np.uint64(mix64(_key(spec.seed, epoch, _WINDOW) ^ np.uint64(stream))),
+        out,
+    )
+    return out
+
+
+def shuffled_groups(groups: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """Positions ``0 .. len(groups) - 1`` (items of nondecreasing group ids) group-major:
+    the groups in an order keyed by ``(seed, epoch)``, each group's items shuffled among
+    themselves and kept together."""
+    n = len(groups)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    new = np.r_[True, groups[1:] != groups[:-1]]
+    which = np.cumsum(new) - 1  # each item's group, 0 ..
+    count = int(which[-1]) + 1
+    group_key = np.empty(count, dtype=np.int64)
+    permute(_key(seed, epoch, _GROUPS), count, np.arange(count, dtype=np.int64), group_key)
+    item_key = np.empty(n, dtype=np.int64)
+    permute(_key(seed, epoch, _ITEMS), n, np.arange(n, dtype=np.int64), item_key)
+    return np.lexsort((item_key, group_key[which])).astype(np.int64)
 
 
 def epoch_order(index: PageIndex, spec: OrderSpec, epoch: int) -> np.ndarray:

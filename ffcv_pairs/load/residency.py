@@ -85,6 +85,7 @@ class ResidentContext(OSCacheContext):
         super().__init__(manager)
         self.reader, self.cache = reader, reader.cache
         self.sizes = np.asarray([e.bytes for e in self.cache.entries], dtype=np.int64)
+        self.held = np.asarray(self.cache.held, dtype=np.int64)  # what the limit counts
         self.bases = [int(b) for b in reader.bases]
         self.reserved = Reserved(reader.file_size)
         self.mmap = self.reserved.array
@@ -126,7 +127,7 @@ class ResidentContext(OSCacheContext):
             ValueError: naming the limit and the bytes needed.
         """
         limit = self.cache.limit
-        need = needed_bytes(plan, self.sizes)
+        need = needed_bytes(plan, self.held)
         if limit is not None and limit < need:
             raise ValueError(
                 f"{self.reader.url}: cache_limit {limit} bytes is below the {need} bytes that "

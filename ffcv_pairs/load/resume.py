@@ -116,7 +116,8 @@ def resume_fingerprint(
         "indices": mixture or _indices_identity(index, reader.num_samples),
         "order": spec.kind
         if spec.partition == "global"
-        else f"{spec.kind}, partition node over {spec.canonical_nodes} buckets",
+        else f"{spec.kind}, partition node over {spec.canonical_nodes} buckets"
+        + (", one window a node" if spec.node_window else ""),
         "window_pages": spec.window_pages,
         "seed": spec.seed,
         "world_size": spec.world_size,

@@ -16,8 +16,11 @@ lock behind and nothing to clean:
 * ``locks/<k>.use``, held shared by every rank that has shard ``k`` mapped: the per-node
   count of mappings, kept by the kernel. A shard is evicted only under an exclusive lock
   of it, taken without waiting, so a mapped shard is never evicted.
-* ``locks/evict``, held while space is counted and made: every file in ``data/`` counts,
-  partial downloads too (their space is reserved with ``fallocate`` before they start).
+* ``locks/evict``, held while space is counted and made: every shard in ``data/`` counts,
+  partial downloads too (their space is reserved with ``fallocate`` before they start), at
+  the bytes it holds (:attr:`ShardCache.held`: a download is put together from the shard's
+  skeleton and ranged reads of its samples and allocation table, :class:`Assembly`; the
+  rest of the file is a hole).
 
 Eviction is Belady's (:func:`~.cache_plan.choose_victims`) over the next uses the caller
 gives; a shard whose remote copy is gone is never evicted.
@@ -40,11 +43,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import FfcvPairsError
+from ..format.objectstore import read_range
 from ..format.reader import BetonError
 from ..format.shards import ShardEntry
 from .cache_plan import choose_victims
 
-__all__ = ["ATTEMPTS", "CacheFullError", "ShardCache", "flocked"]
+__all__ = ["ATTEMPTS", "Assembly", "CacheFullError", "ShardCache", "flocked"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,21 @@ def flocked(path: Path, exclusive: bool = True, wait: bool = True) -> Iterator[i
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class Assembly:
+    """How a shard's download is put together from fewer bytes than the whole object: the
+    ``kept`` byte ranges ``[start, end)`` are copied from ``skeleton`` (a local sparse
+    file of the shard's size, already checked), the ``fetched`` ones are ranged reads of
+    the remote object, and every other byte is zero (as the writer leaves the rest of the
+    header's page and of the last data page). The result is checked whole, as a full
+    download is: a shard whose other bytes are not zeros fails its digest and is fetched
+    again, whole."""
+
+    skeleton: Path
+    kept: tuple[tuple[int, int], ...]
+    fetched: tuple[tuple[int, int], ...]
+
+
 @dataclass
 class ShardCache:
     """The on-disk cache of one remote dataset on one node (see the module docstring).
@@ -85,6 +104,8 @@ class ShardCache:
         remote: Each shard's path in ``fs``.
         entries: Each shard's manifest entry.
         limit: Bytes the cache may hold (None: no limit).
+        assembly: Each shard's :class:`Assembly` (None: shards are downloaded whole). Its
+            first download is put together so; a retry downloads the whole object.
     """
 
     root: Path
@@ -92,6 +113,7 @@ class ShardCache:
     remote: list[str]
     entries: list[ShardEntry]
     limit: int | None
+    assembly: list[Assembly] | None = None
 
     def __post_init__(self) -> None:
         for folder in ("data", "locks"):
@@ -110,20 +132,33 @@ class ShardCache:
     def present(self, k: int) -> bool:
         return self.local(k).exists()
 
+    @property
+    def held(self) -> list[int]:
+        """Bytes each shard takes in the cache, what the limit counts: the bytes its
+        :class:`Assembly` writes (the rest of the file is a hole), or its size."""
+        if self.assembly is None:
+            return [e.bytes for e in self.entries]
+        return [sum(end - start for start, end in (*a.kept, *a.fetched)) for a in self.assembly]
+
     def cached(self) -> dict[int, int]:
-        """Shard -> bytes, of the shards present."""
-        out = {}
+        """Shard -> bytes held (:attr:`held`), of the shards present."""
+        held, out = self.held, {}
         for path in (self.root / "data").glob("*.beton"):
-            with contextlib.suppress(ValueError, FileNotFoundError):
-                out[int(path.stem)] = path.stat().st_size
+            with contextlib.suppress(ValueError, IndexError):
+                if path.exists():
+                    out[int(path.stem)] = held[int(path.stem)]
         return out
 
     def used(self) -> int:
-        """Bytes in the cache, partial downloads included."""
-        total = 0
+        """Bytes in the cache (:attr:`held`), partial downloads (their reservations)
+        included."""
+        held, total = self.held, 0
         for path in (self.root / "data").iterdir():
-            with contextlib.suppress(FileNotFoundError):
-                total += path.stat().st_size
+            try:
+                total += held[int(path.name.split(".")[0])]
+            except (ValueError, IndexError):  # not a shard's file: counted as it is
+                with contextlib.suppress(FileNotFoundError):
+                    total += path.stat().st_size
         return total
 
     # -- fetching ------------------------------------------------------------------------
@@ -148,11 +183,11 @@ class ShardCache:
             # A killed fetcher's partial download: not to be counted as room taken.
             (self.root / "data" / f"{k:06d}.partial").unlink(missing_ok=True)
             problems = []
-            for _ in range(ATTEMPTS):
+            for attempt in range(ATTEMPTS):
                 partial = self._make_room(k, uses, ahead)
                 if partial is None:
                     return False
-                problem = self._download(k, partial)
+                problem = self._download(k, partial, assemble=attempt == 0)
                 if problem is None:
                     os.replace(partial, self.local(k))
                     return True
@@ -164,9 +199,12 @@ class ShardCache:
                 f"entry (last: {problems[-1]}); nothing of it was used"
             )
 
-    def _download(self, k: int, partial: Path) -> str | None:
-        """Stream shard ``k`` into ``partial``: None when its bytes and digest match the
-        manifest entry, else what differs."""
+    def _download(self, k: int, partial: Path, assemble: bool = True) -> str | None:
+        """Stream shard ``k`` into ``partial`` (put together by its :class:`Assembly` when
+        ``assemble`` and it has one, else the whole object): None when its bytes and
+        digest match the manifest entry, else what differs."""
+        if assemble and self.assembly is not None:
+            return self._assemble(k, partial, self.assembly[k])
         entry = self.entries[k]
         kind, _, want = entry.digest.partition(":")
         block = int(entry.page_size)
@@ -193,17 +231,42 @@ class ShardCache:
             return f"digest {kind}:{got[:16]}.. differs from the manifest's {want[:16]}.."
         return None
 
+    def _assemble(self, k: int, partial: Path, how: Assembly) -> str | None:
+        """Put shard ``k`` together in ``partial`` as ``how`` says, then check it as
+        :meth:`_download` does: None when its size and digest match the manifest entry,
+        else what differs."""
+        entry = self.entries[k]
+        block = int(entry.page_size)
+        fd = os.open(partial, os.O_RDWR)
+        try:
+            with open(how.skeleton, "rb") as skeleton:
+                for start, end in how.kept:
+                    skeleton.seek(start)
+                    os.pwrite(fd, skeleton.read(end - start), start)
+            for start, end in how.fetched:
+                for at in range(start, end, block):
+                    stop = min(end, at + block)
+                    os.pwrite(fd, read_range(self.fs, self.remote[k], at, stop), at)
+            os.fsync(fd)
+            return _check_whole(fd, entry)
+        except Exception as e:  # each store's client raises its own kinds (botocore's too)
+            return f"the download failed ({type(e).__name__}: {e})"
+        finally:
+            os.close(fd)
+
     # -- eviction ------------------------------------------------------------------------
     def _make_room(self, k: int, uses: np.ndarray, ahead: bool) -> Path | None:
         """Evict until shard ``k`` fits, then reserve its bytes as ``data/<k>.partial``."""
-        need = self.entries[k].bytes
+        need = self.held[k]
         deadline = time.monotonic() + ROOM_WAIT_S
         while True:
             with flocked(self.root / "locks" / "evict"):
                 if self._evict_for(k, need, uses, ahead):
                     partial = self.root / "data" / f"{k:06d}.partial"
+                    how = None if self.assembly is None else self.assembly[k]
+                    held = None if how is None else (*how.kept, *how.fetched)
                     with open(partial, "wb") as f:
-                        _reserve(f.fileno(), need, partial)
+                        _reserve(f.fileno(), self.entries[k].bytes, partial, held)
                     return partial
             if ahead:
                 return None
@@ -264,6 +327,25 @@ class ShardCache:
             return False
 
 
+def _check_whole(fd: int, entry: ShardEntry) -> str | None:
+    """``fd``'s bytes against ``entry``: None when its size and digest match, else what
+    differs."""
+    kind, _, want = entry.digest.partition(":")
+    block = int(entry.page_size)
+    size = os.fstat(fd).st_size
+    if size != entry.bytes:
+        return f"{size} bytes put together, the manifest lists {entry.bytes}"
+    whole, tops = hashlib.sha256(), hashlib.sha256()
+    for at in range(0, size, block):
+        chunk = os.pread(fd, min(block, size - at), at)
+        whole.update(chunk)
+        tops.update(hashlib.sha256(chunk).digest())
+    got = (whole if kind == "sha256" else tops).hexdigest()
+    if got != want:
+        return f"digest {kind}:{got[:16]}.. differs from the manifest's {want[:16]}.."
+    return None
+
+
 def _read_block(f: Any, size: int) -> bytes:
     """Up to ``size`` bytes, fewer only at the end of the object."""
     parts, got = [], 0
@@ -276,9 +358,16 @@ def _read_block(f: Any, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _reserve(fd: int, size: int, path: Path) -> None:
+def _reserve(
+    fd: int, size: int, path: Path, held: tuple[tuple[int, int], ...] | None = None
+) -> None:
+    """Make ``fd`` ``size`` bytes long, with disk space for the ``held`` byte ranges (all
+    of it when None); the rest stays a hole until written."""
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.ftruncate(fd, size)
+        for start, end in held if held is not None else ((0, size),):
+            if end > start:
+                os.posix_fallocate(fd, start, end - start)
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise OSError(e.errno, f"{path}: no room on the cache disk for {size} bytes") from None

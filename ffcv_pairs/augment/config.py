@@ -64,6 +64,8 @@ from .checks import PAD_MODES, check_geometry, check_photometric_and_output, che
 from .dense import DenseField, DenseKind, check_dense
 from .photo_options import PhotoOptions, check_photo_options
 from .user_ops import PairOp, pair_ops
+from .warp_draws import output_size
+from .warp_options import WarpOptions, check_warp_axes, check_warp_options
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
 
@@ -72,11 +74,14 @@ OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
 
 
 @dataclass(frozen=True)
-class PairAugment(PhotoOptions):
+class PairAugment(PhotoOptions, WarpOptions):
     """Paired, reproducible JIT augmentation. See the module docstring. The per-sample
     photometric ops (saturation, hue, color_jitter, gamma, grayscale, autocontrast, equalize,
     sharpness, posterize, solarize, invert, channel_shuffle; keyword-only) are documented in
-    :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`.
+    :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`; the matrix geometry (transpose,
+    d4, rotate, affine_*, scale_jitter, scale_jitter_aspect, perspective, elastic, resize,
+    resize_longest, pad_if_needed, b_offset, and their ``*_p``; keyword-only) in
+    :class:`~ffcv_pairs.augment.warp_options.WarpOptions`.
 
     Args:
         hflip: Probability of a horizontal flip (A and B together).
@@ -165,6 +170,7 @@ class PairAugment(PhotoOptions):
         check_geometry(self)
         check_photometric_and_output(self)
         check_photo_options(self)
+        check_warp_options(self)
         object.__setattr__(self, "dense", check_dense(self.dense) or None)
         object.__setattr__(self, "user_ops", pair_ops(self.user_ops))
         check_swap(self)
@@ -172,7 +178,7 @@ class PairAugment(PhotoOptions):
     def __repr__(self) -> str:
         # fields() lists the inherited photometric options first: show them last
         names = [f.name for f in fields(self)]
-        k = len(fields(PhotoOptions))
+        k = len(fields(PhotoOptions)) + len(fields(WarpOptions))
         shown_ = ", ".join(f"{n}={getattr(self, n)!r}" for n in names[k:] + names[:k])
         return f"{type(self).__name__}({shown_})"
 
@@ -238,6 +244,7 @@ class PairAugment(PhotoOptions):
             or self.rot90
             or self.out_size is not None
             or any(self.translate)
+            or self.warps
         )
 
     @property
@@ -278,8 +285,9 @@ class PairAugment(PhotoOptions):
             )
         for name, axes in out.items():
             self._check_fill(name, schema.spec(name))
-            oh, ow = self.out_size if self.out_size is not None else (axes.height, axes.width)
-            if self.crop is not None:
+            oh, ow = self.output_size(axes)
+            check_warp_axes(self, name, axes, (oh, ow))
+            if self.crop is not None and not self.warps:
                 room = (axes.height + 2 * self.crop_padding, axes.width + 2 * self.crop_padding)
                 if oh > room[0] or ow > room[1]:
                     raise ValueError(
@@ -288,7 +296,8 @@ class PairAugment(PhotoOptions):
                     )
             if self.rot90 and oh != ow:
                 raise ValueError(f"augment rot90 needs a square output, got {(oh, ow)}")
-            if self.pad_mode == "reflect" and self.crop_padding >= min(axes.height, axes.width):
+            small = self.crop_padding >= min(axes.height, axes.width)
+            if self.pad_mode == "reflect" and small and not self.warps:  # a warp reflects any
                 raise ValueError(
                     f"augment crop_padding={self.crop_padding} must be smaller than "
                     f"{name}'s image size for pad_mode='reflect'"
@@ -318,9 +327,14 @@ class PairAugment(PhotoOptions):
                 f"whole number in [{info.min}, {info.max}]"
             )
 
+    def output_size(self, axes: ImageAxes) -> tuple[int, int]:
+        """The output ``(height, width)`` of images stored as ``axes``."""
+        if self.warps:
+            return output_size(self, axes.height, axes.width)
+        return self.out_size if self.out_size is not None else (axes.height, axes.width)
+
     def output_shape(self, axes: ImageAxes) -> tuple[int, ...]:
-        oh, ow = self.out_size if self.out_size is not None else (axes.height, axes.width)
-        return axes.shape(oh, ow)
+        return axes.shape(*self.output_size(axes))
 
     def geometry_config(self, axes: ImageAxes) -> GeometryConfig:
         """What the geometry kernels read (see :mod:`ffcv_pairs.kernels.geometry`)."""

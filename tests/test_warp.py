@@ -1,8 +1,8 @@
 """The matrix geometry's ops at fixed parameters against kornia 0.9 (not ours): each op's
 matrix (augment/warp_draws) applied by the sampler (kernels/warp) equals kornia's warp of the
-same op built by kornia's own functions. uint8 results within 1 (both round a float blend;
-ours adds 1/2 and floors, the reference rounds half to even); float32 within 1e-4 (float32
-against float64 arithmetic). The elastic displacement's smoothing against kornia's gaussian
+same op built by kornia's own functions. uint8 results within 1 of kornia's float result
+rounded half up (a blend that lands on a half may round either way after float error), and
+equal in more than 98% of pixels; float32 within 1e-4 (float32 against float64 arithmetic). The elastic displacement's smoothing against kornia's gaussian
 blur with reflection; the quarter turns, flips, transpose and d4 byte for byte against
 numpy."""
 
@@ -65,8 +65,9 @@ def tensor(img: np.ndarray) -> torch.Tensor:
 def close(got: np.ndarray, ref: torch.Tensor) -> None:
     ref_np = ref[0].numpy()
     if got.dtype == np.uint8:
-        diff = np.abs(got.astype(np.int64) - np.clip(np.round(ref_np), 0, 255).astype(np.int64))
+        diff = np.abs(got.astype(np.int64) - np.clip(np.floor(ref_np + 0.5), 0, 255).astype(np.int64))
         assert diff.max() <= 1, (diff.max(), np.argwhere(diff > 1)[:5])
+        assert (diff == 0).mean() > 0.98, (diff == 0).mean()  # rounding differs at ties only
     else:
         np.testing.assert_allclose(got, ref_np, atol=1e-4)
 

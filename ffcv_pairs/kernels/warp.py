@@ -15,6 +15,8 @@ the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + 
 * :func:`warp_nearest` copies the pixel at ``(floor(sx + 1/2), floor(sy + 1/2))``, mapped by
   the padding mode, as bytes (any dtype: a dense mask), or the fill.
 
+``sx`` and ``sy`` are rounded to a multiple of ``2**-20`` pixel first (see ``_STEPS``).
+
 One compile per dtype family (uint8 and float32 for :func:`warp_bilinear`, bytes for
 :func:`warp_nearest`), each a small ``cache=True`` function, compiled only when a pipeline
 uses the matrix geometry.
@@ -31,7 +33,13 @@ from .geometry import border
 
 __all__ = ["warp_bilinear", "warp_nearest"]
 
-_FAR = 1e12  # a source coordinate beyond this reads the fill (no int64 overflow)
+_FAR = 1e9  # a source coordinate beyond this reads the fill
+#: Source coordinates are rounded to multiples of 1 / _STEPS of a pixel: then the bilinear
+#: weights and their blend of uint8 values are exact in float64, and a point that is a half in
+#: exact arithmetic (14.5, computed as 14.499999999999998) is a half in both samplers: a ramp
+#: image's blend rounds to exactly the pixel nearest sampling reads, so a mask lands where its
+#: image's pixel does.
+_STEPS = float(1 << 20)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -47,7 +55,9 @@ def _source(m, disp, i, y, x):  # pragma: no cover - JIT
         return 0.0, 0.0, False
     sx = (m[0, 0] * fx + m[0, 1] * fy + m[0, 2]) / w
     sy = (m[1, 0] * fx + m[1, 1] * fy + m[1, 2]) / w
-    return sx, sy, abs(sx) < _FAR and abs(sy) < _FAR
+    if not (abs(sx) < _FAR and abs(sy) < _FAR):
+        return 0.0, 0.0, False
+    return math.floor(sx * _STEPS + 0.5) / _STEPS, math.floor(sy * _STEPS + 0.5) / _STEPS, True
 
 
 @nb.njit(cache=True, nogil=True)

@@ -2,9 +2,9 @@
 matrix (augment/warp_draws) applied by the sampler (kernels/warp) equals kornia's warp of the
 same op built by kornia's own functions. uint8 results within 1 of kornia's float result
 rounded half up (a blend that lands on a half may round either way after float error), and
-equal in more than 98% of pixels; float32 within 1e-4 (float32 against float64 arithmetic). The elastic displacement's smoothing against kornia's gaussian
-blur with reflection; the quarter turns, flips, transpose and d4 byte for byte against
-numpy."""
+equal in more than 98% of pixels; float32 within 1e-4 (float32 against float64 arithmetic).
+The elastic displacement's smoothing against kornia's gaussian blur with reflection; the
+quarter turns, flips, transpose and d4 byte for byte against numpy."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from ffcv_pairs.augment.warp_draws import (
     resize_map,
     rotation_map,
 )
-from ffcv_pairs.kernels.elastic import elastic_field, gaussian_taps
+from ffcv_pairs.kernels.displacement import elastic_field, gaussian_taps
 from ffcv_pairs.kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
 from ffcv_pairs.kernels.warp import warp_bilinear, warp_nearest
 
@@ -65,7 +65,9 @@ def tensor(img: np.ndarray) -> torch.Tensor:
 def close(got: np.ndarray, ref: torch.Tensor) -> None:
     ref_np = ref[0].numpy()
     if got.dtype == np.uint8:
-        diff = np.abs(got.astype(np.int64) - np.clip(np.floor(ref_np + 0.5), 0, 255).astype(np.int64))
+        diff = np.abs(
+            got.astype(np.int64) - np.clip(np.floor(ref_np + 0.5), 0, 255).astype(np.int64)
+        )
         assert diff.max() <= 1, (diff.max(), np.argwhere(diff > 1)[:5])
         assert (diff == 0).mean() > 0.98, (diff == 0).mean()  # rounding differs at ties only
     else:
@@ -157,7 +159,10 @@ def test_constant_fill_blends_at_the_edge_as_kornias_fill_mode(image: np.ndarray
 
 
 def test_edge_padding_is_kornias_border_mode(image: np.ndarray) -> None:
-    m = rotation_map(np.array([-21.0]), (W - 1) / 2, (H - 1) / 2)[0] @ matrices(1, 1.3, 0, 4, 0, 1.3, -6)[0]
+    m = (
+        rotation_map(np.array([-21.0]), (W - 1) / 2, (H - 1) / 2)[0]
+        @ matrices(1, 1.3, 0, 4, 0, 1.3, -6)[0]
+    )
     forward = torch.from_numpy(np.linalg.inv(m))[None]
     for img in dtypes(image):
         ref = warp_affine(
@@ -170,7 +175,10 @@ def test_reflect_padding_is_numpys_reflect_then_the_warp(image: np.ndarray) -> N
     """``reflect`` mirrors about the edge pixel (numpy's ``reflect``, the crops' padding): the
     image padded by numpy, then warped by kornia with the matrix shifted by the pad."""
     pad = 40
-    m = rotation_map(np.array([50.0]), (W - 1) / 2, (H - 1) / 2)[0] @ matrices(1, 1.5, 0, -3, 0, 1.5, -5)[0]
+    m = (
+        rotation_map(np.array([50.0]), (W - 1) / 2, (H - 1) / 2)[0]
+        @ matrices(1, 1.5, 0, -3, 0, 1.5, -5)[0]
+    )
     into_padded = matrices(1, 1, 0, pad, 0, 1, pad)[0] @ m
     forward = torch.from_numpy(np.linalg.inv(into_padded))[None]
     for img in dtypes(image):

@@ -50,7 +50,9 @@ EVERYTHING = dict(
 
 
 def _write(path: Path, a: np.ndarray, **kwargs) -> Path:
-    write_pairs(ArraySource(a, a.copy(), np.arange(len(a))), path, workers=1, progress=False, **kwargs)
+    write_pairs(
+        ArraySource(a, a.copy(), np.arange(len(a))), path, workers=1, progress=False, **kwargs
+    )
     return path
 
 
@@ -74,10 +76,10 @@ def _loaded(path: Path, aug: PairAugment, **options) -> list:
 def test_each_op_moves_a_and_b_alike(chw: Path, name: str) -> None:
     plain = _loaded(chw, PairAugment(pad_if_needed=(1, 1)))  # the matrix path, moving nothing
     moved = _loaded(chw, PairAugment(**OPS[name]))
-    for (a, b), (p, _) in zip(moved, plain):
+    for a, b in moved:
         np.testing.assert_array_equal(a, b)
-    if a.shape == p.shape:
-        assert not all(np.array_equal(a, p) for (a, _), (p, _) in zip(moved, plain))
+    same = [np.array_equal(a, p) for (a, _), (p, _) in zip(moved, plain)]
+    assert not all(same)  # it moved something
 
 
 def test_output_sizes(chw: Path) -> None:
@@ -89,7 +91,7 @@ def test_output_sizes(chw: Path) -> None:
         (dict(pad_if_needed=(30, 20)), (30, 24)),
         (dict(scale_jitter=(0.5, 2.0)), (H, W)),
     ):
-        a, b = _loaded(chw, PairAugment(**options))[0]
+        a, _ = _loaded(chw, PairAugment(**options))[0]
         assert a.shape[2:] == size, options
 
 
@@ -269,3 +271,18 @@ def test_pipelines_without_the_options_keep_their_fast_paths() -> None:
     old = PairAugment(resized_crop=(4, 4), hflip=0.5, brightness=0.1)
     assert not old.warps and place_ops(old, schema, on_cpu=True).fused
     assert not place_ops(PairAugment(resized_crop=(4, 4), rotate=3), schema, on_cpu=True).fused
+
+
+def test_the_evaluation_twin_keeps_the_sizes_and_draws_nothing() -> None:
+    from ffcv_pairs.augment.evaluation import eval_pipeline, random_ops
+
+    aug = PairAugment(resize=(30, 18), pad_if_needed=(32, 20), rotate=10, crop=(16, 16), d4=True)
+    assert random_ops(aug) == ["crop=(16, 16)", "rotate=(-10.0, 10.0)", "d4=True"]
+    twin = eval_pipeline(aug)
+    assert twin is not None and random_ops(twin) == []
+    assert (twin.resize, twin.pad_if_needed, twin.crop, twin.center) == (
+        (30, 18),
+        (32, 20),
+        (16, 16),
+        True,
+    )

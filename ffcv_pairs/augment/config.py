@@ -12,7 +12,9 @@ way (``geometry_paired=False`` exists only to show what breaks without it).
 They run in this order: take the region (a random ``crop`` of the padded image,
 or a random ``resized_crop``; the central one with ``center``), shifted by the
 translation; flip; rotate by k*90 deg.
-Out-of-image pixels follow ``pad_mode`` (``constant`` uses ``fill``).
+Out-of-image pixels follow ``pad_mode`` (``constant`` uses ``fill``). **The matrix geometry**
+(rotate, affine, perspective, scale jitter, resize, transpose, d4, elastic, ...; see
+:mod:`~ffcv_pairs.augment.warp_options`) composes every geometric op into one matrix a sample.
 
 **Photometric** ops (brightness, contrast, gaussian noise) each have a
 ``*_paired`` switch: paired, A and B get the same factor (and noise); unpaired,

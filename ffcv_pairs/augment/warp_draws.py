@@ -107,7 +107,7 @@ def output_size(aug: Any, height: int, width: int) -> tuple[int, int]:
     """The output ``(height, width)`` for stored images of ``(height, width)``: the crop's or
     resized crop's, else the resized size, padded by ``pad_if_needed``."""
     if aug.out_size is not None:
-        return tuple(aug.out_size)  # type: ignore[return-value]
+        return tuple(aug.out_size)
     h, w = warp_canvas(aug, height, width)
     if aug.pad_if_needed is not None:
         h, w = max(h, aug.pad_if_needed[0]), max(w, aug.pad_if_needed[1])
@@ -162,7 +162,9 @@ def _window(aug: Any, u: np.ndarray, h: np.ndarray, w: np.ndarray, out: tuple) -
     if aug.crop is not None and not aug.center:
         pad = aug.crop_padding
         ends = [(-pad, h + pad - oh), (-pad, w + pad - ow)]
-        starts = [_randint(u[:, j], np.minimum(a, b), np.maximum(a, b)) for j, (a, b) in enumerate(ends)]
+        starts = [
+            _randint(u[:, j], np.minimum(a, b), np.maximum(a, b)) for j, (a, b) in enumerate(ends)
+        ]
         return (*starts, *full)
     return (h - oh) // 2, (w - ow) // 2, *full
 
@@ -246,7 +248,9 @@ def _warps(aug: Any, draw: Any, n: int, h: np.ndarray, w: np.ndarray) -> np.ndar
         m = m @ np.where((u[:, 0] < aug.affine_p)[:, None, None], moved, eye)
     if aug.perspective > 0 and aug.perspective_p > 0:
         u = draw("perspective", 9)
-        m = m @ np.where((u[:, 0] < aug.perspective_p)[:, None, None], _perspective(aug, u, h, w), eye)
+        m = m @ np.where(
+            (u[:, 0] < aug.perspective_p)[:, None, None], _perspective(aug, u, h, w), eye
+        )
     return m
 
 
@@ -268,11 +272,8 @@ def _perspective(aug: Any, u: np.ndarray, h: np.ndarray, w: np.ndarray) -> np.nd
         ],
         1,
     ).astype(np.float64)
-    start = np.stack(
-        [np.stack([zero, zero], -1), np.stack([w - 1, zero], -1), np.stack([w - 1, h - 1], -1)]
-        + [np.stack([zero, h - 1], -1)],
-        1,
-    ).astype(np.float64)
+    corners = ((zero, zero), (w - 1, zero), (w - 1, h - 1), (zero, h - 1))
+    start = np.stack([np.stack(c, -1) for c in corners], 1).astype(np.float64)
     return perspective_map(start, end)
 
 

@@ -21,7 +21,7 @@ from ffcv.pipeline.state import State
 
 from ..format.fields import FieldSpec
 from ..kernels import SharedCompile
-from ..kernels.elastic import elastic_field
+from ..kernels.displacement import elastic_field
 from ..kernels.hashing import WARP_OP_IDS
 from ..kernels.nearest import NearestShape
 from ..kernels.warp import warp_bilinear, warp_nearest
@@ -33,8 +33,10 @@ from .warp_draws import output_size, warp_matrices
 __all__ = ["DenseWarp", "Warp", "check_dense_warp", "displacements"]
 
 #: The options under which a disparity or a flow has no per-sample scale-and-sign change.
-_BENDS = ("rotate", "affine_degrees", "affine_translate", "affine_scale", "affine_shear")
-_BENDS += ("perspective", "elastic", "transpose", "d4", "b_offset")
+_BENDS = (
+    *("rotate", "affine_degrees", "affine_translate", "affine_scale", "affine_shear"),
+    *("perspective", "elastic", "transpose", "d4", "b_offset"),
+)
 
 
 def displacements(aug: Any, ids: np.ndarray, clock: np.ndarray, tag: int, size: tuple) -> Any:

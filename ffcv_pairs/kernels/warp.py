@@ -137,4 +137,3 @@ def warp_nearest(src, dst, mats, disp, mode, fill):  # pragma: no cover - JIT
     """
     for i in nb.prange(len(src)):
         _nearest_one(src[i], dst[i], mats[i], disp, i, mode, fill)
-

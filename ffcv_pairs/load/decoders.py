@@ -131,8 +131,9 @@ class PairDecoder(Operation):
             self.fused = fused_config(augment, schema, placement, clock, stats)
             for out, shape in zip(self.fields, self.fused.shapes):
                 out.out_shape, out.dtype = shape, self.fused.dtype
-        geometric = augment is not None and augment.has_geometry
-        geometric = geometric and not (augment.resizes or augment.warps)
+        geometric = (
+            augment is not None and augment.has_geometry and not (augment.resizes or augment.warps)
+        )
         if augment is not None and geometric:
             self.geo = augment.geometry_config(axes[schema.IMAGE_FIELDS[0]])
         else:

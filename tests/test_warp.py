@@ -34,7 +34,7 @@ from ffcv_pairs.augment.warp_draws import (
 )
 from ffcv_pairs.kernels.displacement import elastic_field, gaussian_taps
 from ffcv_pairs.kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
-from ffcv_pairs.kernels.warp import warp_bilinear, warp_nearest
+from ffcv_pairs.kernels.warp import warp_bilinear, warp_bilinear_serial, warp_nearest
 
 H, W = 23, 31
 
@@ -280,3 +280,6 @@ def test_thread_counts_give_the_same_bytes(image: np.ndarray) -> None:
         outs.append(out)
     nb.set_num_threads(before)
     np.testing.assert_array_equal(outs[0], outs[1])
+    serial = np.empty_like(src)  # the twin that serves while the parallel kernel compiles
+    warp_bilinear_serial(src, serial, m, np.zeros((0, H, W, 2)), PAD_REFLECT, 0.0, True)
+    np.testing.assert_array_equal(serial, outs[0])

@@ -1,6 +1,6 @@
-"""The per-sample photometric ops (``augment/photo_ops``): each op's pairs/s against
-Albumentations with ``additional_targets``, and the compile seconds each op adds on an empty
-kernel cache.
+"""The per-sample photometric ops (``augment/photo_ops``) and the matrix geometry's ops
+(``augment/warp_options``): each op's pairs/s against Albumentations with
+``additional_targets``, and the compile seconds each op adds on an empty kernel cache.
 
 * **Throughput**: each op alone (probability 1) in this project's loader (``device="cpu"``,
   the cores as threads) on uint8 ``[3, S, S]`` crops of the demo's photographs, S = 64 and
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPS", "main", "measure_compile", "measure_throughput", "write_report"]
+__all__ = ["GEOMETRY", "OPS", "main", "measure_compile", "measure_throughput", "write_report"]
 
 REPO = Path(__file__).resolve().parents[2]
 #: Op -> (PairAugment options, the Albumentations transform, as code).
@@ -55,6 +55,24 @@ OPS: dict[str, tuple[dict[str, Any], str]] = {
     "invert": ({"invert": 1.0}, "A.InvertImg(p=1)"),
     "channel_shuffle": ({"channel_shuffle": 1.0}, "A.ChannelShuffle(p=1)"),
 }
+#: The matrix geometry's ops: one bilinear warp a sample for every one of them (their own
+#: parameters, not always Albumentations': its Perspective draws a scale, ours torchvision's).
+GEOMETRY: dict[str, tuple[dict[str, Any], str]] = {
+    "rotate": ({"rotate": 30}, "A.Rotate(30, p=1)"),
+    "affine": (
+        {"affine_degrees": 20, "affine_translate": (0.1, 0.1), "affine_scale": (0.9, 1.1)},
+        "A.Affine(scale=(0.9, 1.1), translate_percent=(-0.1, 0.1), rotate=(-20, 20), p=1)",
+    ),
+    "perspective": ({"perspective": 0.3, "perspective_p": 1.0}, "A.Perspective(p=1)"),
+    "elastic": ({"elastic": (50.0, 5.0)}, "A.ElasticTransform(alpha=50, sigma=5, p=1)"),
+    "transpose": ({"transpose": 1.0}, "A.Transpose(p=1)"),
+    "d4": ({"d4": True}, "A.D4(p=1)"),
+    "resize_longest": ({"resize_longest": 80}, "A.LongestMaxSize(80, p=1)"),
+    "pad_if_needed": (
+        {"pad_if_needed": (240, 240)},
+        "A.PadIfNeeded(240, 240, border_mode=0, p=1)",
+    ),
+}
 SIZES = {64: 256, 224: 64}  # side -> batch size
 
 _COMPILE = """
@@ -67,7 +85,17 @@ from ffcv_pairs.kernels.hashing import uniform_rows
 from ffcv_pairs.kernels.user_driver import user_op_signature
 out = {}
 t = time.process_time()
-if sys.argv[1] == "shared":
+if sys.argv[1] == "geometry":
+    from ffcv_pairs.kernels.displacement import elastic_field
+    from ffcv_pairs.kernels.warp import warp_bilinear
+    img, m = np.zeros((1, 1, 4, 4, 3), np.uint8), np.eye(3)[None]
+    warp_bilinear(img, img.copy(), m, np.zeros((0, 4, 4, 2)), 0, 0.0, True)
+    out["warp"] = time.process_time() - t
+    t = time.process_time()
+    elastic_field(np.zeros(1, np.int64), np.zeros(2, np.int64), 57, 0, 1.0, 1.0, np.ones(2),
+                  np.zeros((1, 4, 4, 2)))
+    out["elastic"] = time.process_time() - t
+elif sys.argv[1] == "shared":
     uniform_rows(np.zeros(1, np.int64), np.zeros(2, np.int64), 5, 0, 1)
     out["draws"] = time.process_time() - t
     t = time.process_time()
@@ -107,7 +135,8 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> str:
 def measure_compile(rounds: int) -> dict[str, dict[str, float]]:
     """CPU seconds per op (``apply``) and shared (``draws``, ``driver``), each the median of
     ``rounds`` fresh interpreters with an empty kernel cache."""
-    jobs = {"shared": "shared", **{k: json.dumps(o) for k, (o, _) in OPS.items()}}
+    jobs = {"shared": "shared", "geometry": "geometry"}
+    jobs |= {k: json.dumps(o) for k, (o, _) in OPS.items()}
     out: dict[str, dict[str, float]] = {}
     for name, arg in jobs.items():
         runs = []
@@ -172,7 +201,7 @@ def measure_throughput(work: Path, n: int, rounds: int) -> dict[str, dict[str, A
     for side, batch in SIZES.items():
         folder = _data(work, side, n if side == 64 else max(256, n // 4))
         for _ in range(rounds):
-            for name, (options, transform) in OPS.items():
+            for name, (options, transform) in (OPS | GEOMETRY).items():
                 row = out.setdefault(f"{name}@{side}", {"ours": 0.0, "albumentations": 0.0})
                 row["ours"] = max(row["ours"], _ours(folder / "pairs.beton", options, batch))
                 row["albumentations"] = max(
@@ -193,7 +222,7 @@ def write_report(res: dict[str, Any], out: Path, date: str) -> Path:
             "| op | Albumentations | 64 ours | 64 Alb. | x | 224 ours | 224 Alb. | x |",
             "|---|---|---:|---:|---:|---:|---:|---:|",
         ]
-        for name, (_, transform) in OPS.items():
+        for name, (_, transform) in (OPS | GEOMETRY).items():
             cells = []
             for side in SIZES:
                 r = res["throughput"][f"{name}@{side}"]
@@ -205,8 +234,12 @@ def write_report(res: dict[str, Any], out: Path, date: str) -> Path:
     lines += ["| compiled on an empty cache | CPU s |", "|---|---:|"]
     lines += [f"| shared: driver (uint8) | {comp['shared']['driver']:.2f} |"]
     lines += [f"| shared: batch of draws | {comp['shared']['draws']:.2f} |"]
+    lines += [f"| geometry: bilinear warp (uint8) | {comp['geometry']['warp']:.2f} |"]
+    lines += [f"| geometry: elastic field | {comp['geometry']['elastic']:.2f} |"]
     lines += [
-        f"| {k}: apply (uint8) | {v['apply']:.2f} |" for k, v in comp.items() if k != "shared"
+        f"| {k}: apply (uint8) | {v['apply']:.2f} |"
+        for k, v in comp.items()
+        if k not in ("shared", "geometry")
     ]
     path = out / f"photo-ops-{date}.md"
     path.write_text("\n".join(lines) + "\n")

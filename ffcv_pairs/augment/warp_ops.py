@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
+import numba as nb
 import numpy as np
 from ffcv.pipeline.allocation_query import AllocationQuery
 from ffcv.pipeline.operation import Operation
@@ -24,7 +26,8 @@ from ..kernels import SharedCompile
 from ..kernels.displacement import elastic_field
 from ..kernels.hashing import WARP_OP_IDS
 from ..kernels.nearest import NearestShape
-from ..kernels.warp import warp_bilinear, warp_nearest
+from ..kernels.stand_in import ParallelSoon
+from ..kernels.warp import warp_bilinear, warp_bilinear_serial, warp_nearest, warp_nearest_serial
 from .axes import ImageAxes
 from .checks import PAD_MODES
 from .dense import DenseField
@@ -70,7 +73,8 @@ class Warp(Operation):
 
     def generate_code(self) -> Callable:
         aug, ax, clock, tag, size = self.aug, self.axes, self.clock, self.tag, self.size
-        mode, fill, call = PAD_MODES[aug.pad_mode], float(aug.fill), SharedCompile()
+        mode, fill = PAD_MODES[aug.pad_mode], float(aug.fill)
+        serial, parallel = SharedCompile(), ParallelSoon(warp_bilinear, warp_bilinear_serial)
         stored = (ax.planes, ax.height, ax.width, ax.pixel)
         shaped = (ax.planes, *size, ax.pixel)
 
@@ -83,7 +87,8 @@ class Warp(Operation):
             mats = warp_matrices(aug, indices, clock, tag, ax.height, ax.width)
             disp = displacements(aug, indices, clock, tag, size)
             rounding = work == np.uint8
-            call(warp_bilinear, src, out.reshape(n, *shaped), mats, disp, mode, fill, rounding)
+            call = parallel if nb.get_num_threads() > 1 else partial(serial, warp_bilinear_serial)
+            call(src, out.reshape(n, *shaped), mats, disp, mode, fill, rounding)
             if not direct:
                 dst[:n] = out
             return dst[:n]
@@ -135,7 +140,8 @@ class DenseWarp(Operation):
         return state, AllocationQuery(self.out_shape, self.dtype)
 
     def generate_code(self) -> Callable:
-        aug, s, clock, size, call = self.aug, self.shape, self.clock, self.size, SharedCompile()
+        aug, s, clock, size = self.aug, self.shape, self.clock, self.size
+        serial, parallel = SharedCompile(), ParallelSoon(warp_nearest, warp_nearest_serial)
         items = s.pixel_bytes // self.dtype.itemsize
         fill = np.full(items, self.dense.fill, self.dtype).view(np.uint8)
         kind, dense_fill, last = self.dense.kind, self.fill_value, self.channels_last
@@ -149,7 +155,8 @@ class DenseWarp(Operation):
             flat = out.reshape(n, -1).view(np.uint8).reshape(n, s.planes, *size, s.pixel_bytes)
             mats = warp_matrices(aug, indices, clock, 0, s.height, s.width)
             disp = displacements(aug, indices, clock, 0, size)
-            call(warp_nearest, src, flat, mats, disp, mode, fill)
+            call = parallel if nb.get_num_threads() > 1 else partial(serial, warp_nearest_serial)
+            call(src, flat, mats, disp, mode, fill)
             if kind != "mask":
                 scale_values(out, mats, kind, last, dense_fill)
             return out

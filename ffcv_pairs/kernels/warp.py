@@ -20,7 +20,8 @@ blend is then exact, in integers.
 
 One compile per dtype family (uint8 and float32 for :func:`warp_bilinear`, bytes for
 :func:`warp_nearest`), each a small ``cache=True`` function, compiled only when a pipeline
-uses the matrix geometry.
+uses the matrix geometry; each has a serial twin that serves while the parallel one compiles
+in the background (:class:`~ffcv_pairs.kernels.stand_in.ParallelSoon`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ import numpy as np
 
 from .geometry import border
 
-__all__ = ["Strides", "warp_bilinear", "warp_nearest"]
+__all__ = [
+    "Strides",
+    "warp_bilinear",
+    "warp_bilinear_serial",
+    "warp_nearest",
+    "warp_nearest_serial",
+]
 
 _FAR = 1e9  # a source coordinate beyond this reads the fill
 #: Source coordinates are rounded to multiples of 2**-_BITS of a pixel (fixed point): the
@@ -130,7 +137,7 @@ def _inside(s, d, at, out, st, ax, ay, rounding):  # pragma: no cover - JIT
                 )
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
+@nb.njit(cache=True, nogil=True)  # out of line: border pixels are few, and it compiles once
 def _edge(s, d, x0, y0, out, st, size, mode, fill, ax, ay, rounding):  # pragma: no cover - JIT
     """One output pixel with a tap outside the image ``size`` (``(height, width)``): taps
     mapped by the padding mode, or the fill."""
@@ -189,7 +196,14 @@ def warp_bilinear(src, dst, mats, disp, mode, fill, rounding):  # pragma: no cov
         rounding: An integer result (uint8): round half up and clamp to 0..255.
     """
     for i in nb.prange(len(src)):
-        _bilinear_one(src[i], dst[i], mats[i], disp, i, mode, fill, rounding)
+        _bilinear_one(src[i], dst[i], mats[i], disp, np.int64(i), mode, fill, rounding)
+
+
+@nb.njit(cache=True, nogil=True)
+def warp_bilinear_serial(src, dst, mats, disp, mode, fill, rounding):  # pragma: no cover - JIT
+    """:func:`warp_bilinear` on one thread: its twin while it compiles (the same bytes)."""
+    for i in range(len(src)):
+        _bilinear_one(src[i], dst[i], mats[i], disp, np.int64(i), mode, fill, rounding)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -219,4 +233,11 @@ def warp_nearest(src, dst, mats, disp, mode, fill):  # pragma: no cover - JIT
         fill: uint8 ``(pixel bytes,)``: one pixel of the fill (``PAD_CONSTANT``).
     """
     for i in nb.prange(len(src)):
-        _nearest_one(src[i], dst[i], mats[i], disp, i, mode, fill)
+        _nearest_one(src[i], dst[i], mats[i], disp, np.int64(i), mode, fill)
+
+
+@nb.njit(cache=True, nogil=True)
+def warp_nearest_serial(src, dst, mats, disp, mode, fill):  # pragma: no cover - JIT
+    """:func:`warp_nearest` on one thread: its twin while it compiles (the same bytes)."""
+    for i in range(len(src)):
+        _nearest_one(src[i], dst[i], mats[i], disp, np.int64(i), mode, fill)

@@ -138,11 +138,13 @@ def _inside(s, d, at, out, st, ax, ay, rounding):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)  # out of line: border pixels are few, and it compiles once
-def _edge(s, d, x0, y0, out, st, size, mode, fill, ax, ay, rounding):  # pragma: no cover - JIT
-    """One output pixel with a tap outside the image ``size`` (``(height, width)``): taps
-    mapped by the padding mode, or the fill."""
-    c0, c1 = border(x0, size[1], mode), border(x0 + 1, size[1], mode)
-    r0, r1 = border(y0, size[0], mode), border(y0 + 1, size[0], mode)
+def _edge(
+    s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding
+):  # pragma: no cover - JIT
+    """One output pixel with a tap outside the image (``height`` by ``width``): taps mapped by
+    the padding mode, or the fill."""
+    c0, c1 = border(x0, width, mode), border(x0 + 1, width, mode)
+    r0, r1 = border(y0, height, mode), border(y0 + 1, height, mode)
     row, px = st.row_in, st.pixel
     for k in range(st.planes):
         for c in range(px):
@@ -178,7 +180,7 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
             elif x0 >= 0 and x0 + 1 < width and y0 >= 0 and y0 + 1 < height:
                 _inside(s, d, y0 * st.row_in + x0 * pixel, out, st, ax, ay, rounding)
             else:
-                _edge(s, d, x0, y0, out, st, (height, width), mode, fill, ax, ay, rounding)
+                _edge(s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

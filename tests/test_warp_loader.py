@@ -286,3 +286,23 @@ def test_the_evaluation_twin_keeps_the_sizes_and_draws_nothing() -> None:
         (16, 16),
         True,
     )
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_if_needed_is_numpys_centred_pad(chw: Path, mode: str) -> None:
+    """Albumentations' PadIfNeeded: ``(min - size) // 2`` on top and left, the rest after;
+    numpy's pad of the same mode (whole pixels: byte for byte)."""
+    aug = PairAugment(pad_if_needed=(31, 27), pad_mode=mode, fill=7)
+    loader = make_loader(chw, batch_size=N, order="sequential", augment=aug)
+    a = next(iter(loader)).A.numpy()
+    stored = _images((3, H, W), "uint8")
+    pads = ((0, 0), (0, 0), ((31 - H) // 2, 31 - H - (31 - H) // 2), (1, 2))
+    kwargs = {"constant_values": 7} if mode == "constant" else {}
+    np.testing.assert_array_equal(a, np.pad(stored, pads, mode=mode, **kwargs))
+
+
+def test_resize_longest_is_albumentations_size() -> None:
+    from ffcv_pairs.augment.warp_options import warp_canvas
+
+    for size, longest, expected in (((24, 32), 40, (30, 40)), ((50, 20), 25, (25, 10))):
+        assert warp_canvas(PairAugment(resize_longest=longest), *size) == expected

@@ -1,6 +1,6 @@
-"""The per-sample photometric ops (``augment/photo_ops``): each op's pairs/s against
-Albumentations with ``additional_targets``, and the compile seconds each op adds on an empty
-kernel cache.
+"""The per-sample photometric ops (``augment/photo_ops``) and the matrix geometry's ops
+(``augment/warp_options``): each op's pairs/s against Albumentations with
+``additional_targets``, and the compile seconds each op adds on an empty kernel cache.
 
 * **Throughput**: each op alone (probability 1) in this project's loader (``device="cpu"``,
   the cores as threads) on uint8 ``[3, S, S]`` crops of the demo's photographs, S = 64 and
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPS", "main", "measure_compile", "measure_throughput", "write_report"]
+__all__ = ["GEOMETRY", "OPS", "main", "measure_compile", "measure_throughput", "write_report"]
 
 REPO = Path(__file__).resolve().parents[2]
 #: Op -> (PairAugment options, the Albumentations transform, as code).
@@ -65,6 +65,24 @@ OPS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "erasing": ({"erasing": 1.0}, "A.Erasing(scale=(0.02, 0.33), ratio=(0.3, 3.3), p=1)"),
 }
+#: The matrix geometry's ops: one bilinear warp a sample for every one of them (their own
+#: parameters, not always Albumentations': its Perspective draws a scale, ours torchvision's).
+GEOMETRY: dict[str, tuple[dict[str, Any], str]] = {
+    "rotate": ({"rotate": 30}, "A.Rotate(30, p=1)"),
+    "affine": (
+        {"affine_degrees": 20, "affine_translate": (0.1, 0.1), "affine_scale": (0.9, 1.1)},
+        "A.Affine(scale=(0.9, 1.1), translate_percent=(-0.1, 0.1), rotate=(-20, 20), p=1)",
+    ),
+    "perspective": ({"perspective": 0.3, "perspective_p": 1.0}, "A.Perspective(p=1)"),
+    "elastic": ({"elastic": (50.0, 5.0)}, "A.ElasticTransform(alpha=50, sigma=5, p=1)"),
+    "transpose": ({"transpose": 1.0}, "A.Transpose(p=1)"),
+    "d4": ({"d4": True}, "A.D4(p=1)"),
+    "resize_longest": ({"resize_longest": 80}, "A.LongestMaxSize(80, p=1)"),
+    "pad_if_needed": (
+        {"pad_if_needed": (240, 240)},
+        "A.PadIfNeeded(240, 240, border_mode=0, p=1)",
+    ),
+}
 SIZES = {64: 256, 224: 64}  # side -> batch size
 
 _COMPILE = """
@@ -77,7 +95,17 @@ from ffcv_pairs.kernels.hashing import uniform_rows
 from ffcv_pairs.kernels.user_driver import user_op_signature
 out = {}
 t = time.process_time()
-if sys.argv[1] == "shared":
+if sys.argv[1] == "geometry":
+    from ffcv_pairs.kernels.displacement import elastic_field
+    from ffcv_pairs.kernels.warp import warp_bilinear
+    img, m = np.zeros((1, 1, 4, 4, 3), np.uint8), np.eye(3)[None]
+    warp_bilinear(img, img.copy(), m, np.zeros((0, 4, 4, 2)), 0, 0.0, True)
+    out["warp"] = time.process_time() - t
+    t = time.process_time()
+    elastic_field(np.zeros(1, np.int64), np.zeros(2, np.int64), 57, 0, 1.0, 1.0, np.ones(2),
+                  np.zeros((1, 4, 4, 2)))
+    out["elastic"] = time.process_time() - t
+elif sys.argv[1] == "shared":
     uniform_rows(np.zeros(1, np.int64), np.zeros(2, np.int64), 5, 0, 1)
     out["draws"] = time.process_time() - t
     t = time.process_time()
@@ -114,10 +142,15 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> str:
     return res.stdout.strip().splitlines()[-1]
 
 
-def measure_compile(rounds: int, ops: tuple[str, ...] = tuple(OPS)) -> dict[str, dict[str, float]]:
-    """CPU seconds per op of ``ops`` (``apply``) and shared (``draws``, ``driver``), each the
-    median of ``rounds`` fresh interpreters with an empty kernel cache."""
-    jobs = {"shared": "shared", **{k: json.dumps(OPS[k][0]) for k in ops}}
+def measure_compile(
+    rounds: int, ops: tuple[str, ...] = tuple(OPS | GEOMETRY)
+) -> dict[str, dict[str, float]]:
+    """CPU seconds per op of ``ops`` (``apply``; the matrix geometry's ops share one warp
+    kernel, ``geometry``) and shared (``draws``, ``driver``), each the median of ``rounds``
+    fresh interpreters with an empty kernel cache."""
+    jobs = {"shared": "shared", **{k: json.dumps(OPS[k][0]) for k in ops if k in OPS}}
+    if any(k in GEOMETRY for k in ops):
+        jobs["geometry"] = "geometry"
     out: dict[str, dict[str, float]] = {}
     for name, arg in jobs.items():
         runs = []
@@ -177,7 +210,7 @@ def _albumentations(folder: Path, transform: str) -> float:
 
 
 def measure_throughput(
-    work: Path, n: int, rounds: int, ops: tuple[str, ...] = tuple(OPS)
+    work: Path, n: int, rounds: int, ops: tuple[str, ...] = tuple(OPS | GEOMETRY)
 ) -> dict[str, dict[str, Any]]:
     """Best pairs/s of ours and of Albumentations, per op of ``ops`` and side, in interleaved
     rounds; row ``none``: our loader with no op (its ceiling)."""
@@ -188,7 +221,7 @@ def measure_throughput(
             alone = out.setdefault(f"none@{side}", {"ours": 0.0, "albumentations": 0.0})
             alone["ours"] = max(alone["ours"], _ours(folder / "pairs.beton", {}, batch))
             for name in ops:
-                options, transform = OPS[name]
+                options, transform = (OPS | GEOMETRY)[name]
                 row = out.setdefault(f"{name}@{side}", {"ours": 0.0, "albumentations": 0.0})
                 row["ours"] = max(row["ours"], _ours(folder / "pairs.beton", options, batch))
                 row["albumentations"] = max(
@@ -209,7 +242,7 @@ def write_report(res: dict[str, Any], out: Path, date: str) -> Path:
             "| op | Albumentations | 64 ours | 64 Alb. | x | 224 ours | 224 Alb. | x |",
             "|---|---|---:|---:|---:|---:|---:|---:|",
         ]
-        for name, (_, transform) in OPS.items():
+        for name, (_, transform) in (OPS | GEOMETRY).items():
             if f"{name}@{next(iter(SIZES))}" not in res["throughput"]:
                 continue
             cells = []
@@ -233,8 +266,13 @@ def write_report(res: dict[str, Any], out: Path, date: str) -> Path:
     lines += ["| compiled on an empty cache | CPU s |", "|---|---:|"]
     lines += [f"| shared: driver (uint8) | {comp['shared']['driver']:.2f} |"]
     lines += [f"| shared: batch of draws | {comp['shared']['draws']:.2f} |"]
+    if "geometry" in comp:
+        lines += [f"| geometry: bilinear warp (uint8) | {comp['geometry']['warp']:.2f} |"]
+        lines += [f"| geometry: elastic field | {comp['geometry']['elastic']:.2f} |"]
     lines += [
-        f"| {k}: apply (uint8) | {v['apply']:.2f} |" for k, v in comp.items() if k != "shared"
+        f"| {k}: apply (uint8) | {v['apply']:.2f} |"
+        for k, v in comp.items()
+        if k not in ("shared", "geometry")
     ]
     path = out / f"photo-ops-{date}.md"
     path.write_text("\n".join(lines) + "\n")
@@ -246,14 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--n", type=int, default=4096, help="pairs at 64x64 (a quarter at 224x224)")
     p.add_argument("--no-throughput", action="store_true", help="compile seconds only")
-    p.add_argument("--ops", default=",".join(OPS), help="the ops to measure, comma-separated")
+    p.add_argument("--ops", default=",".join(OPS | GEOMETRY), help="the ops, comma-separated")
     p.add_argument("--work", type=Path, default=REPO / "bench" / ".work")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--date", default=datetime.date.today().isoformat())
     args = p.parse_args(argv)
     ops = tuple(args.ops.split(","))
-    if unknown := sorted(set(ops) - set(OPS)):
-        p.error(f"--ops: unknown {unknown}; known: {', '.join(OPS)}")
+    if unknown := sorted(set(ops) - set(OPS | GEOMETRY)):
+        p.error(f"--ops: unknown {unknown}; known: {', '.join(OPS | GEOMETRY)}")
     if not args.no_throughput and importlib.util.find_spec("albumentations") is None:
         p.error("the throughput rows compare with Albumentations: pip install -e '.[peers]'")
     from bench.core.machine import describe_machine

@@ -12,7 +12,9 @@ way (``geometry_paired=False`` exists only to show what breaks without it).
 They run in this order: take the region (a random ``crop`` of the padded image,
 or a random ``resized_crop``; the central one with ``center``), shifted by the
 translation; flip; rotate by k*90 deg.
-Out-of-image pixels follow ``pad_mode`` (``constant`` uses ``fill``).
+Out-of-image pixels follow ``pad_mode`` (``constant`` uses ``fill``). **The matrix geometry**
+(rotate, affine, perspective, scale jitter, resize, transpose, d4, elastic, ...; see
+:mod:`~ffcv_pairs.augment.warp_options`) composes every geometric op into one matrix a sample.
 
 **Photometric** ops (brightness, contrast, gaussian noise) each have a ``*_paired`` switch:
 one draw for A and B, or one per image. **Output** (``normalize_mean``/``normalize_std``,
@@ -60,6 +62,8 @@ from .photo_options import PhotoOptions, check_photo_options
 from .policy_options import PolicyOptions, check_policy_options
 from .translators import TABLES, fill_in, from_library, spec_options
 from .user_ops import PairOp, pair_ops
+from .warp_draws import output_size
+from .warp_options import WarpOptions, check_warp_axes, check_warp_options
 
 __all__ = ["ImageAxes", "PairAugment", "image_axes"]  # the axes: from .axes
 
@@ -68,13 +72,16 @@ OutDtype = Literal["uint8", "float16", "bfloat16", "float32"]
 
 
 @dataclass(frozen=True)
-class PairAugment(PhotoOptions, PolicyOptions):
+class PairAugment(PhotoOptions, PolicyOptions, WarpOptions):
     """Paired, reproducible JIT augmentation. See the module docstring. The per-sample
     photometric ops (saturation, hue, color_jitter, gamma, grayscale, autocontrast, equalize,
     sharpness, posterize, solarize, invert, channel_shuffle, blur, jpeg, erasing; keyword-only)
     are documented in :class:`~ffcv_pairs.augment.photo_options.PhotoOptions`; the policy
     (``policy``, ``policy_num_ops``, ``policy_magnitude``, ``policy_bins``,
-    ``policy_paired``) in :class:`~ffcv_pairs.augment.policy_options.PolicyOptions`.
+    ``policy_paired``) in :class:`~ffcv_pairs.augment.policy_options.PolicyOptions`; the matrix
+    geometry (transpose, d4, rotate, affine_*, scale_jitter, scale_jitter_aspect, perspective,
+    elastic, resize, resize_longest, pad_if_needed, b_offset, and their ``*_p``; keyword-only)
+    in :class:`~ffcv_pairs.augment.warp_options.WarpOptions`.
 
     Args:
         hflip: Probability of a horizontal flip (A and B together).
@@ -170,15 +177,16 @@ class PairAugment(PhotoOptions, PolicyOptions):
         check_geometry(self)
         check_photometric_and_output(self)
         check_photo_options(self)
+        check_warp_options(self)
         object.__setattr__(self, "dense", check_dense(self.dense) or None)
         check_policy_options(self)
         object.__setattr__(self, "user_ops", pair_ops(self.user_ops))
         check_swap(self)
 
     def __repr__(self) -> str:
-        # fields() lists the inherited photometric and policy options first: show them last
+        # fields() lists the inherited options (photometric, policy, warp) first: show them last
         names = [f.name for f in fields(self)]
-        k = len(fields(PhotoOptions)) + len(fields(PolicyOptions))
+        k = len(fields(PhotoOptions)) + len(fields(PolicyOptions)) + len(fields(WarpOptions))
         shown_ = ", ".join(f"{n}={getattr(self, n)!r}" for n in names[k:] + names[:k])
         return f"{type(self).__name__}({shown_})"
 
@@ -259,6 +267,7 @@ class PairAugment(PhotoOptions, PolicyOptions):
             or self.rot90
             or self.out_size is not None
             or any(self.translate)
+            or self.warps
         )
 
     @property
@@ -299,8 +308,9 @@ class PairAugment(PhotoOptions, PolicyOptions):
             )
         for name, axes in out.items():
             self._check_fill(name, schema.spec(name))
-            oh, ow = self.out_size if self.out_size is not None else (axes.height, axes.width)
-            if self.crop is not None:
+            oh, ow = self.output_size(axes)
+            check_warp_axes(self, name, axes, (oh, ow))
+            if self.crop is not None and not self.warps:
                 room = (axes.height + 2 * self.crop_padding, axes.width + 2 * self.crop_padding)
                 if oh > room[0] or ow > room[1]:
                     raise ValueError(
@@ -309,7 +319,8 @@ class PairAugment(PhotoOptions, PolicyOptions):
                     )
             if self.rot90 and oh != ow:
                 raise ValueError(f"augment rot90 needs a square output, got {(oh, ow)}")
-            if self.pad_mode == "reflect" and self.crop_padding >= min(axes.height, axes.width):
+            small = self.crop_padding >= min(axes.height, axes.width)
+            if self.pad_mode == "reflect" and small and not self.warps:  # a warp reflects any
                 raise ValueError(
                     f"augment crop_padding={self.crop_padding} must be smaller than "
                     f"{name}'s image size for pad_mode='reflect'"
@@ -339,9 +350,14 @@ class PairAugment(PhotoOptions, PolicyOptions):
                 f"whole number in [{info.min}, {info.max}]"
             )
 
+    def output_size(self, axes: ImageAxes) -> tuple[int, int]:
+        """The output ``(height, width)`` of images stored as ``axes``."""
+        if self.warps:
+            return output_size(self, axes.height, axes.width)
+        return self.out_size if self.out_size is not None else (axes.height, axes.width)
+
     def output_shape(self, axes: ImageAxes) -> tuple[int, ...]:
-        oh, ow = self.out_size if self.out_size is not None else (axes.height, axes.width)
-        return axes.shape(oh, ow)
+        return axes.shape(*self.output_size(axes))
 
     def geometry_config(self, axes: ImageAxes) -> GeometryConfig:
         """What the geometry kernels read (see :mod:`ffcv_pairs.kernels.geometry`)."""

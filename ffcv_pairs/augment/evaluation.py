@@ -9,9 +9,10 @@ __all__ = ["eval_pipeline", "random_ops"]
 
 def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
     """The deterministic twin of a training ``augment``: its ``crop`` or ``resized_crop``
-    taken from the centre (the same output size), its normalisation, output dtype and dense
-    fields, its user ops that draw nothing (fixed transforms, as normalisation is), and
-    nothing random; None when that leaves nothing to do."""
+    taken from the centre (the same output size), its ``resize``, ``resize_longest`` and
+    ``pad_if_needed``, its normalisation, output dtype and dense fields, its user ops that draw
+    nothing (fixed transforms, as normalisation is), and nothing random; None when that leaves
+    nothing to do."""
     if augment is None:
         return None
     plain = augment.out_size is not None and not augment.resizes
@@ -20,6 +21,9 @@ def eval_pipeline(augment: PairAugment | None) -> PairAugment | None:
         crop_padding=augment.crop_padding if plain else 0,
         resized_crop=augment.resized_crop,
         center=augment.out_size is not None,
+        resize=augment.resize,
+        resize_longest=augment.resize_longest,
+        pad_if_needed=augment.pad_if_needed,
         pad_mode=augment.pad_mode,
         fill=augment.fill,
         normalize_mean=augment.normalize_mean,
@@ -50,5 +54,7 @@ def random_ops(augment: PairAugment) -> list[str]:
     if not augment.center:
         drawn += [("crop", augment.crop), ("resized_crop", augment.resized_crop)]
     drawn += [(name, getattr(augment, name)) for name in augment.photo_ops + augment.policy_ops]
+    fixed = ("resize", "resize_longest", "pad_if_needed")
+    drawn += [(name, getattr(augment, name)) for name in augment.warp_ops if name not in fixed]
     drawn += [(f"user op {op.name!r} draws", op.draws) for op in augment.user_ops]
     return [f"{name}={value}" for name, value in drawn if value]

@@ -27,6 +27,7 @@ from ..kernels.pixels import photometric_uint8
 from ..kernels.resize import ResizeShape, resized_crop
 from .config import ImageAxes, PairAugment
 from .placement import OpPlacement
+from .warp_ops import Warp
 
 __all__ = [
     "AsBFloat16",
@@ -205,14 +206,16 @@ class AsBFloat16(Operation):
 def cpu_ops(
     augment: PairAugment, name: str, schema: PairSchema, clock: np.ndarray, placement: OpPlacement
 ) -> list[Operation]:
-    """The CPU ops of field ``name`` after the shared decoder: resized crop, photometric
-    (none when the decoder fuses them)."""
+    """The CPU ops of field ``name`` after the shared decoder: the matrix geometry or the
+    resized crop, photometric (none when the decoder fuses them)."""
     if placement.fused:
         return []
     axes = augment.field_axes(schema)[name]
     tag = schema.IMAGE_FIELDS.index(name)
     ops: list[Operation] = []
-    if augment.resizes:
+    if augment.warps:
+        ops.append(Warp(augment, axes, clock, tag))
+    elif augment.resizes:
         ops.append(ResizedCrop(augment, axes, clock, tag))
     if augment.has_photometric:
         ops.append(Photometric(augment, axes, clock, tag, name))

@@ -9,6 +9,9 @@
   upstream FFCV ops appended to A or B) and the per-sample photometric ops
   (``augment/photo_ops``) run after the decoder on the stored dtype: with
   them the decoder stops at it, and normalisation follows them, as on a GPU.
+* **The matrix geometry** (``augment/warp_options``): the decoder decodes each image whole,
+  and :class:`~ffcv_pairs.augment.warp_ops.Warp` moves it; the other ops follow as for other
+  dtypes.
 * **Other dtypes**: the decoder applies flips, crops and turns; the resized crop
   and the photometric ops follow as CPU ops; normalisation and the dtype are
   torch ops after ``ToTensor`` (on the device when there is one).
@@ -55,7 +58,7 @@ def place_ops(
     if augment is None or stored != "uint8":
         return OpPlacement(False, stored or "mixed", False)
     a, b = (augment.field_axes(schema)[name] for name in schema.IMAGE_FIELDS)
-    if a != b:  # the fused kernel shares one output shape between A and B
+    if a != b or augment.warps:  # one output shape for A and B; the warp is an op of its own
         return OpPlacement(False, stored, False)
     after = ops_after or bool(augment.user_ops or augment.photo_ops or augment.policy_ops)
     cpu_output = on_cpu and _converts(augment, stored) and not after

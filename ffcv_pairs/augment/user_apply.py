@@ -138,7 +138,7 @@ def user_field_ops(
             f"geometry only): declare the op photometric if it moves no pixel, or drop it"
         )
     axes = augment.field_axes(schema)[name]
-    size = augment.out_size if augment.out_size is not None else (axes.height, axes.width)
+    size = augment.output_size(axes)
     dtype = schema.spec(name).dtype
     tag = schema.IMAGE_FIELDS.index(name)
     steps = photo_steps(augment, axes.num_channels, dtype, name, size)

@@ -22,6 +22,7 @@ __all__ = [
     "OP_SWAP",
     "OP_USER",
     "PHOTO_OP_IDS",
+    "WARP_OP_IDS",
     "batch_uniforms",
     "below",
     "key3",
@@ -64,6 +65,20 @@ PHOTO_OP_IDS = {
     "blur": 64,
     "jpeg": 65,
     "erasing": 66,
+}
+#: The draws of the matrix geometry (``augment/warp_draws``): 48 to 63, one id per draw, by
+#: what it draws. ``b_offset`` is drawn once per sample (key tag 0) and moves B's window only.
+WARP_OP_IDS = {
+    "scale_jitter": 48,
+    "rotate": 49,
+    "affine": 50,
+    "perspective": 51,
+    "window": 52,
+    "flips": 53,
+    "transpose": 54,
+    "d4": 55,
+    "b_offset": 56,
+    "elastic": 57,
 }
 
 

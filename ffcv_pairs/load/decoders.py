@@ -74,7 +74,7 @@ class _FieldOutput:
     def __init__(self, spec: ArraySpec, axes: ImageAxes | None, aug: PairAugment | None):
         self.spec = spec
         self.dtype = spec.np_dtype
-        geometric = aug is not None and aug.has_geometry and not aug.resizes
+        geometric = aug is not None and aug.has_geometry and not (aug.resizes or aug.warps)
         if axes is None or aug is None or not geometric:
             self.out_shape = spec.shape
             self.stored = StoredImage(1, 1, spec.nbytes, 1)
@@ -131,7 +131,9 @@ class PairDecoder(Operation):
             self.fused = fused_config(augment, schema, placement, clock, stats)
             for out, shape in zip(self.fields, self.fused.shapes):
                 out.out_shape, out.dtype = shape, self.fused.dtype
-        geometric = augment is not None and augment.has_geometry and not augment.resizes
+        geometric = (
+            augment is not None and augment.has_geometry and not (augment.resizes or augment.warps)
+        )
         if augment is not None and geometric:
             self.geo = augment.geometry_config(axes[schema.IMAGE_FIELDS[0]])
         else:

@@ -14,6 +14,7 @@ from ..augment.dense import DenseGeometry, dense_shape, image_shaped
 from ..augment.ops import cpu_ops, device_ops
 from ..augment.placement import place_ops
 from ..augment.user_apply import user_field_ops
+from ..augment.warp_ops import DenseWarp, check_dense_warp
 from ..format.joined import DatasetReader
 from ..format.schema import PairSchema
 from .decoders import JpegPairDecoder, LabelDecoder, PairDecoder, TakeField
@@ -107,7 +108,6 @@ def _dense_ops(
     if augment is None or not augment.has_geometry:
         return {}
     axes = augment.field_axes(schema)[PairSchema.IMAGE_FIELDS[0]]
-    geo = augment.geometry_config(axes)
     ops: dict[str, list[Operation]] = {}
     for name in image_shaped(schema):
         if name not in dense:
@@ -121,5 +121,10 @@ def _dense_ops(
     for name, spec in dense.items():
         field = schema.values[name]
         moved = dense_shape(name, field, spec, axes, augment.rot90)
-        ops[name] = [DenseGeometry(spec, field, moved, geo, clock)]
+        if augment.warps:
+            check_dense_warp(augment, name, spec)
+            ops[name] = [DenseWarp(augment, spec, field, moved, clock)]
+        else:
+            geo = augment.geometry_config(axes)
+            ops[name] = [DenseGeometry(spec, field, moved, geo, clock)]
     return ops

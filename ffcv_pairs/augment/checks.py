@@ -4,6 +4,7 @@ it is made: each names the option, the value given and what is allowed. (``aug``
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,14 @@ from .._checks import flag, integer, number, one_of, optional, pair, sequence_of
 from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
 from .swap import label_swap
 
-__all__ = ["MAX_SIDE", "PAD_MODES", "check_geometry", "check_photometric_and_output", "check_swap"]
+__all__ = [
+    "MAX_SIDE",
+    "PAD_MODES",
+    "accept_old_names",
+    "check_geometry",
+    "check_photometric_and_output",
+    "check_swap",
+]
 
 PAD_MODES = {"constant": PAD_CONSTANT, "reflect": PAD_REFLECT, "edge": PAD_EDGE}
 #: Largest crop side, padding or shift, in pixels.
@@ -126,3 +134,25 @@ def is_value_of(value: float, dtype: str) -> bool:
         return True
     info = np.iinfo(kind)
     return float(value).is_integer() and info.min <= value <= info.max
+
+
+def accept_old_names(aug: Any, paired_geometry: bool | None) -> None:
+    """Options as they were once spelled: accepted, with a warning that says the new way."""
+    if paired_geometry is not None:
+        warnings.warn(
+            "augment paired_geometry is now geometry_paired (every *_paired flag reads "
+            "the same way); the old name still works",
+            FutureWarning,
+            stacklevel=4,
+        )
+        object.__setattr__(aug, "geometry_paired", paired_geometry)
+    if aug.crop is not None and aug.crop_scale is not None and aug.resized_crop is None:
+        warnings.warn(
+            f"augment crop={shown(tuple(aug.crop))} with crop_scale is a resized crop: "
+            f"say resized_crop={shown(tuple(aug.crop))} (crop alone is a plain crop); "
+            f"taken as that",
+            FutureWarning,
+            stacklevel=4,
+        )
+        object.__setattr__(aug, "resized_crop", aug.crop)
+        object.__setattr__(aug, "crop", None)

@@ -51,12 +51,18 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from .._checks import shown
 from ..format.schema import ArraySpec, PairSchema
 from ..kernels.geometry import GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
-from .checks import PAD_MODES, check_geometry, check_photometric_and_output, check_swap, is_value_of
+from .checks import (
+    PAD_MODES,
+    accept_old_names,
+    check_geometry,
+    check_photometric_and_output,
+    check_swap,
+    is_value_of,
+)
 from .dense import DenseField, DenseKind, check_dense
 from .photo_options import PhotoOptions, check_photo_options
 from .policy_options import PolicyOptions, check_policy_options
@@ -170,7 +176,7 @@ class PairAugment(PhotoOptions, PolicyOptions, WarpOptions):
     albumentations: InitVar[list[Any] | None] = None
 
     def __post_init__(self, paired_geometry: bool | None, *specs: list[Any] | None) -> None:
-        self._old_names(paired_geometry)
+        accept_old_names(self, paired_geometry)
         for library, spec in zip(TABLES, specs):  # the torchvision and albumentations blocks
             if spec is not None:
                 fill_in(self, spec_options(library, spec))
@@ -189,27 +195,6 @@ class PairAugment(PhotoOptions, PolicyOptions, WarpOptions):
         k = len(fields(PhotoOptions)) + len(fields(PolicyOptions)) + len(fields(WarpOptions))
         shown_ = ", ".join(f"{n}={getattr(self, n)!r}" for n in names[k:] + names[:k])
         return f"{type(self).__name__}({shown_})"
-
-    def _old_names(self, paired_geometry: bool | None) -> None:
-        """Options as they were once spelled: accepted, with a warning that says the new way."""
-        if paired_geometry is not None:
-            warnings.warn(
-                "augment paired_geometry is now geometry_paired (every *_paired flag reads "
-                "the same way); the old name still works",
-                FutureWarning,
-                stacklevel=4,
-            )
-            object.__setattr__(self, "geometry_paired", paired_geometry)
-        if self.crop is not None and self.crop_scale is not None and self.resized_crop is None:
-            warnings.warn(
-                f"augment crop={shown(tuple(self.crop))} with crop_scale is a resized crop: "
-                f"say resized_crop={shown(tuple(self.crop))} (crop alone is a plain crop); "
-                f"taken as that",
-                FutureWarning,
-                stacklevel=4,
-            )
-            object.__setattr__(self, "resized_crop", self.crop)
-            object.__setattr__(self, "crop", None)
 
     # -- construction ------------------------------------------------------------------
     @classmethod

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .augment.config import PairAugment
     from .augment.dense import DenseField
     from .augment.mixup import CutMix, MixUp
+    from .augment.translate import Untranslatable
     from .augment.user_ops import PairOp
     from .errors import FfcvPairsError
     from .format.fields import FieldSpec
@@ -78,6 +79,7 @@ _HOMES = {
     "NotRegularFileError": "_fileio",
     "PairAugment": "augment.config",
     "PairOp": "augment.user_ops",
+    "Untranslatable": "augment.translate",
     "PairDataModule": "lightning.datamodule",
     "PairLoader": "load.loader",
     "PairReader": "format.reader",
@@ -134,6 +136,7 @@ __all__ = [
     "StatsWarning",
     "StoreError",
     "Stream",
+    "Untranslatable",
     "WriteError",
     "WriteInterrupted",
     "WriteReport",

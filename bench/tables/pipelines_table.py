@@ -24,7 +24,8 @@ The pipelines (stored side S = out + out / 8, out 64 and 224):
   image"), so its pipeline runs on A and B stacked as one ``(2, 3, S, S)`` image, which shares
   every draw.
 
-Run: ``python -m bench --pipelines [--rounds 3] [--n 1024] [--date D]``.
+Run: ``python -m bench --pipelines [--rounds 3] [--n 1024] [--date D]`` (the same as
+``python -m bench.tables.pipelines_table``).
 """
 
 from __future__ import annotations

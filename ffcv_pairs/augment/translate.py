@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..errors import FfcvPairsError
+
 __all__ = [
     "PHOTOMETRIC_ORDER",
     "Context",
@@ -62,7 +64,7 @@ SHARED = ("fill", "pad_mode", "out_dtype")
 OUTPUT = ("normalize_mean", "normalize_std")
 
 
-class Untranslatable(ValueError):
+class Untranslatable(FfcvPairsError, ValueError):
     """A transform's parameters that PairAugment's ops cannot reproduce (the reason)."""
 
 

@@ -193,3 +193,22 @@ def test_refusals_are_named(tmp_path: Path) -> None:
     write_pairs(ArraySource(a, a, np.zeros((4, 8, 8), np.uint8)), path, progress=False)
     with pytest.raises(ValueError, match=r"policy='trivial_augment_wide' .* field 'label'"):
         make_loader(path, batch_size=2, augment=WIDE, device="cpu")
+
+
+def test_erasing_follows_the_policy(tmp_path: Path) -> None:
+    """torchvision's recipes erase after the policy: every pixel the erasing changes is its
+    value, never a value the policy made of it (inverted, equalised, moved)."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(1, 256, (64, 3, 16, 16), dtype=np.uint8)
+    path = tmp_path / "p.beton"
+    write_pairs(ArraySource(a, a.copy(), np.arange(64)), path, progress=False)
+
+    def batch(**erasing: float) -> np.ndarray:
+        aug = PairAugment(policy="rand_augment", policy_num_ops=3, **erasing)
+        loader = make_loader(path, batch_size=64, augment=aug, order="sequential", device="cpu")
+        return next(iter(loader))[0].numpy()
+
+    policy, both = batch(), batch(erasing=1.0, erasing_value=0.0)
+    changed = policy != both
+    assert changed.any(axis=(1, 2, 3)).sum() > 32  # most samples erased
+    assert (both[changed] == 0).all()

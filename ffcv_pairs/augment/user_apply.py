@@ -145,6 +145,6 @@ def user_field_ops(
     steps += policy_steps(augment, axes.num_channels, dtype, name, size)
     # Erasing runs last, after a policy, as in torchvision's recipes (TrivialAugmentWide,
     # then RandomErasing).
-    steps = [s for s in steps if s.name != "erasing"] + [s for s in steps if s.name == "erasing"]
+    steps = tuple(sorted(steps, key=lambda step: step.name == "erasing"))  # a stable sort
     tail = value_range(work_dtype(dtype), augment)
     return [UserOps(augment.user_ops, axes, size, dtype, clock, tag, steps, tail)]

@@ -67,7 +67,16 @@ class SwapAB(BatchOp):
 
     def apply(self, batch: Any, params: Any) -> Any:
         a, b = batch[0], batch[1]
-        if len(params):
+        if len(params) and a.device.type == "cpu":
+            # Row by row through one held row: torch's CPU index_select of uint8 images runs
+            # at about 50 MB/s here (106 ms for 32 rows of 3x224x224), a row's copy_ at memory
+            # speed (0.3 ms for the 32).
+            held = torch.empty_like(a[0])
+            for i in params.tolist():
+                held.copy_(a[i])
+                a[i].copy_(b[i])
+                b[i].copy_(held)
+        elif len(params):
             held = a.index_select(0, params)
             a.index_copy_(0, params, b.index_select(0, params))
             b.index_copy_(0, params, held)

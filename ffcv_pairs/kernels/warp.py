@@ -18,6 +18,13 @@ the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + 
 ``sx`` and ``sy`` are rounded to a multiple of ``2**-20`` pixel first (see ``_BITS``); a uint8
 blend is then exact, in integers.
 
+**Paths** (each gives the bytes the definition gives: ``tests/test_warp_paths.py``). A row at
+a time: its source points first (two multiply-adds a pixel for an affine row), then one
+branch-free blend of every pixel as if its four taps were inside, then the pixels whose taps
+are not (few: the fill directly where all four are outside under constant padding). A uint8
+sample whose matrix moves whole pixels (flips, quarter turns, transpose, d4, whole shifts,
+``pad_if_needed``, crops: affine, six whole entries) is copied: its blend weights are 1 and 0.
+
 One compile per dtype family (uint8 and float32 for :func:`warp_bilinear`, bytes for
 :func:`warp_nearest`), each a small ``cache=True`` function, compiled only when a pipeline
 uses the matrix geometry; each has a serial twin that serves while the parallel one compiles
@@ -32,7 +39,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .geometry import border
+from .geometry import PAD_CONSTANT, border
 
 __all__ = [
     "Strides",
@@ -113,30 +120,6 @@ class Strides(NamedTuple):
     plane_out: int
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def _inside(s, d, at, out, st, ax, ay, rounding):  # pragma: no cover - JIT
-    """One output pixel whose four taps (from ``s[at]``) are all inside the image."""
-    wx, wy, row, px = _ONE - ax, _ONE - ay, st.row_in, st.pixel
-    if rounding and px == 1:  # uint8 planes (CHW, 2-d): the loop the compiler does best
-        for k in range(st.planes):
-            p = k * st.plane_in + at
-            top = wx * np.int64(s[p]) + ax * np.int64(s[p + 1])
-            low = wx * np.int64(s[p + row]) + ax * np.int64(s[p + row + 1])
-            d[k * st.plane_out + out] = (wy * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
-        return
-    for k in range(st.planes):
-        p, q = k * st.plane_in + at, k * st.plane_out + out
-        for c in range(px):
-            if rounding:  # uint8: exact integer blend, rounded half up
-                top = wx * np.int64(s[p + c]) + ax * np.int64(s[p + c + px])
-                low = wx * np.int64(s[p + c + row]) + ax * np.int64(s[p + c + row + px])
-                d[q + c] = (wy * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
-            else:
-                d[q + c] = _mix(
-                    s[p + c], s[p + c + px], s[p + c + row], s[p + c + row + px], ax, ay, False
-                )
-
-
 @nb.njit(cache=True, nogil=True)  # out of line: border pixels are few, and it compiles once
 def _edge(
     s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding
@@ -157,30 +140,156 @@ def _edge(
 
 
 @nb.njit(cache=True, nogil=True)
+def _integer_move(m, disp, oh, ow):  # pragma: no cover - JIT
+    """True when ``m`` moves whole pixels: affine, no displacement, six whole entries, and
+    the output's corners (so all of it) map well within ``_FAR``."""
+    if disp.shape[0] > 0 or m[2, 0] != 0.0 or m[2, 1] != 0.0 or m[2, 2] != 1.0:
+        return False
+    for r in range(2):
+        for c in range(3):
+            if not (abs(m[r, c]) < 1e8 and math.floor(m[r, c]) == m[r, c]):
+                return False
+    for y in (0.0, oh - 1.0):
+        for x in (0.0, ow - 1.0):
+            u, v = m[0, 0] * x + m[0, 1] * y + m[0, 2], m[1, 0] * x + m[1, 1] * y + m[1, 2]
+            if not (abs(u) < 1e8 and abs(v) < 1e8):
+                return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_one(s, d, m, st, height, width, oh, ow, mode, fill):  # pragma: no cover - JIT
+    """:func:`_bilinear_one` of a uint8 sample whose matrix moves whole pixels
+    (:func:`_integer_move`): each output pixel is the source pixel it lands on (the blend's
+    weights are 1 and 0), mapped by the padding mode, or the fill, as bytes."""
+    at = np.empty(ow, np.int64)  # a row's source offsets, -1 for the fill
+    a, b, c, e = np.int64(m[0, 0]), np.int64(m[0, 1]), np.int64(m[1, 0]), np.int64(m[1, 1])
+    tx, ty, px = np.int64(m[0, 2]), np.int64(m[1, 2]), st.pixel
+    fv = _mix(fill, fill, fill, fill, 0, 0, True)
+    for y in range(oh):
+        for x in range(ow):
+            r = border(c * x + e * y + ty, height, mode)
+            k = border(a * x + b * y + tx, width, mode)
+            at[x] = -1 if r < 0 or k < 0 else r * st.row_in + k * px
+        for k in range(st.planes):
+            p, q = k * st.plane_in, k * st.plane_out + y * ow * px
+            for x in range(ow):
+                for j in range(px):
+                    if at[x] < 0:
+                        d[q + x * px + j] = fv
+                    else:
+                        d[q + x * px + j] = s[p + at[x] + j]
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, kind):  # pragma: no cover - JIT
+    """Output row ``y``'s source points in fixed point (``xs``, ``ys``), the offset of each
+    one's top-left tap (``at``: 0 where not all four taps are inside), and ``kind``: 0 all
+    four taps inside, 1 not, 2 the fill (no point). Returns how many are not 0."""
+    near, bx, by = _row(m, disp, y, ow)
+    if near:  # the common case, a loop of its own (no branch: it vectorises)
+        m00, m10 = m[0, 0], m[1, 0]
+        for x in range(ow):
+            xs[x] = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
+            ys[x] = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
+    else:  # :func:`_source`, without branches
+        moved, fy = disp.shape[0] > 0, float(y)
+        for x in range(ow):
+            fx, gy = float(x), fy
+            if moved:
+                fx += disp[i, y, x, 0]
+                gy += disp[i, y, x, 1]
+            w = m[2, 0] * fx + m[2, 1] * gy + m[2, 2]
+            front = w > 0.0  # else behind the horizon (and no division by zero)
+            sx = (m[0, 0] * fx + m[0, 1] * gy + m[0, 2]) / (w if front else 1.0)
+            sy = (m[1, 0] * fx + m[1, 1] * gy + m[1, 2]) / (w if front else 1.0)
+            inside = front and abs(sx) < _FAR and abs(sy) < _FAR
+            xs[x] = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
+            ys[x] = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
+            kind[x] = 0 if inside else 2
+    edges = 0
+    for x in range(ow):
+        x0, y0 = xs[x] >> _BITS, ys[x] >> _BITS
+        good = x0 >= 0 and x0 + 1 < width and y0 >= 0 and y0 + 1 < height
+        good = good and (near or kind[x] == 0)
+        at[x] = y0 * row + x0 * px if good else 0
+        lost = not (near or kind[x] == 0)
+        kind[x] = 0 if good else (2 if lost else 1)
+        edges += not good
+    return edges
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JIT
+    """Every pixel of an output row (from ``q0``) blended from its four taps at ``at``: right
+    where all four are inside (:func:`_taps`), to be overwritten elsewhere. Indices are cast
+    to unsigned (all are >= 0): numba then skips its negative-index wrap, twice as fast."""
+    row, px, mask, u = st.row_in, st.pixel, _ONE - 1, np.uint64
+    if rounding and px == 1:  # uint8 planes (CHW, 2-d): the loop the compiler does best
+        for x in range(ow):
+            ax, ay = xs[x] & mask, ys[x] & mask
+            wx, wy = _ONE - ax, _ONE - ay
+            for k in range(st.planes):
+                t, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x
+                top = wx * np.int64(s[u(t)]) + ax * np.int64(s[u(t + 1)])
+                low = wx * np.int64(s[u(t + row)]) + ax * np.int64(s[u(t + row + 1)])
+                d[u(q)] = (wy * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
+        return
+    for x in range(ow):
+        ax, ay = xs[x] & mask, ys[x] & mask
+        wx, wy = _ONE - ax, _ONE - ay
+        for k in range(st.planes):
+            p, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x * px
+            for c in range(px):
+                t = p + c
+                if rounding:  # uint8: exact integer blend, rounded half up
+                    top = wx * np.int64(s[u(t)]) + ax * np.int64(s[u(t + px)])
+                    low = wx * np.int64(s[u(t + row)]) + ax * np.int64(s[u(t + row + px)])
+                    d[u(q + c)] = (wy * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
+                else:
+                    d[u(q + c)] = _mix(
+                        s[u(t)], s[u(t + px)], s[u(t + row)], s[u(t + row + px)], ax, ay, False
+                    )
+
+
+@nb.njit(cache=True, nogil=True)  # out of line: rows with border pixels only
+def _edge_row(
+    s, d, y, st, xs, ys, kind, ow, height, width, mode, fill, rounding
+):  # pragma: no cover - JIT
+    """Output row ``y``'s pixels whose taps are not all inside (``kind`` 1 and 2)."""
+    for x in range(ow):
+        if kind[x] == 0:
+            continue
+        out = (y * ow + x) * st.pixel
+        x0, y0, ax, ay = xs[x] >> _BITS, ys[x] >> _BITS, xs[x] & (_ONE - 1), ys[x] & (_ONE - 1)
+        lost = mode == PAD_CONSTANT and (x0 < -1 or x0 >= width or y0 < -1 or y0 >= height)
+        if kind[x] == 2 or lost:  # no point, or all four taps are the fill
+            v = fill if kind[x] == 2 else _mix(fill, fill, fill, fill, ax, ay, rounding)
+            for k in range(st.planes):
+                for c in range(st.pixel):
+                    d[k * st.plane_out + out + c] = v
+        else:
+            _edge(s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding)
+
+
+@nb.njit(cache=True, nogil=True)
 def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cover - JIT
     planes, height, width, pixel = src.shape
     oh, ow = dst.shape[1], dst.shape[2]
     s, d = src.reshape(-1), dst.reshape(-1)  # C-contiguous: flat views
     st = Strides(planes, pixel, width * pixel, height * width * pixel, oh * ow * pixel)
+    if rounding and _integer_move(m, disp, oh, ow):
+        _copy_one(s, d, m, st, height, width, oh, ow, mode, fill)
+        return
+    xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
+    kind = np.empty(ow, np.int8)
+    blend = height > 1 and width > 1  # else no pixel has all four taps inside
     for y in range(oh):
-        near, bx, by = _row(m, disp, y, ow)
-        for x in range(ow):
-            if near:
-                sx = np.int64(math.floor((bx + m[0, 0] * x) * _SCALE + 0.5))
-                sy, inside = np.int64(math.floor((by + m[1, 0] * x) * _SCALE + 0.5)), True
-            else:
-                sx, sy, inside = _source(m, disp, i, y, x)
-            out = (y * ow + x) * pixel
-            x0, y0 = sx >> _BITS, sy >> _BITS
-            ax, ay = sx & (_ONE - 1), sy & (_ONE - 1)
-            if not inside:
-                for k in range(planes):
-                    for c in range(pixel):
-                        d[k * st.plane_out + out + c] = fill
-            elif x0 >= 0 and x0 + 1 < width and y0 >= 0 and y0 + 1 < height:
-                _inside(s, d, y0 * st.row_in + x0 * pixel, out, st, ax, ay, rounding)
-            else:
-                _edge(s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding)
+        edges = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, kind)
+        if blend:
+            _blend_row(s, d, y * ow * pixel, st, xs, ys, at, ow, rounding)
+        if edges:
+            _edge_row(s, d, y, st, xs, ys, kind, ow, height, width, mode, fill, rounding)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

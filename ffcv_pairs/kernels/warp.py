@@ -157,6 +157,30 @@ def _integer_move(m, disp, oh, ow):  # pragma: no cover - JIT
     return True
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _copy_run(s, d, y, k0, r, st, height, width, ow, mode, fv):  # pragma: no cover - JIT
+    """Output row ``y`` of a whole-pixel move that reads source row ``r`` from column ``k0``
+    on: one run of bytes a plane (plain loops: LLVM makes them ``memcpy`` and ``memset``),
+    the fill either side under constant padding. False (nothing written) for the other
+    padding modes where the row leaves the image."""
+    lo, hi = min(max(-k0, 0), ow), max(min(width - k0, ow), 0)
+    outside = r < 0 or r >= height or lo > 0 or hi < ow
+    if outside and mode != PAD_CONSTANT:
+        return False
+    px, u = st.pixel, np.uint64
+    if r < 0 or r >= height:
+        lo, hi = ow, ow
+    for k in range(st.planes):
+        q, p = k * st.plane_out + y * ow * px, k * st.plane_in + r * st.row_in + k0 * px
+        for j in range(lo * px):
+            d[u(q + j)] = fv
+        for j in range(lo * px, hi * px):
+            d[u(q + j)] = s[u(p + j)]
+        for j in range(max(hi, lo) * px, ow * px):
+            d[u(q + j)] = fv
+    return True
+
+
 @nb.njit(cache=True, nogil=True)
 def _copy_one(s, d, m, st, height, width, oh, ow, mode, fill):  # pragma: no cover - JIT
     """:func:`_bilinear_one` of a uint8 sample whose matrix moves whole pixels
@@ -164,21 +188,35 @@ def _copy_one(s, d, m, st, height, width, oh, ow, mode, fill):  # pragma: no cov
     weights are 1 and 0), mapped by the padding mode, or the fill, as bytes."""
     at = np.empty(ow, np.int64)  # a row's source offsets, -1 for the fill
     a, b, c, e = np.int64(m[0, 0]), np.int64(m[0, 1]), np.int64(m[1, 0]), np.int64(m[1, 1])
-    tx, ty, px = np.int64(m[0, 2]), np.int64(m[1, 2]), st.pixel
+    tx, ty, px, u = np.int64(m[0, 2]), np.int64(m[1, 2]), st.pixel, np.uint64
     fv = _mix(fill, fill, fill, fill, 0, 0, True)
     for y in range(oh):
+        if (
+            a == 1
+            and c == 0
+            and _copy_run(s, d, y, b * y + tx, e * y + ty, st, height, width, ow, mode, fv)
+        ):
+            continue
         for x in range(ow):
-            r = border(c * x + e * y + ty, height, mode)
-            k = border(a * x + b * y + tx, width, mode)
+            r, k = c * x + e * y + ty, a * x + b * y + tx
+            if not (0 <= r < height and 0 <= k < width):
+                r, k = border(r, height, mode), border(k, width, mode)
             at[x] = -1 if r < 0 or k < 0 else r * st.row_in + k * px
         for k in range(st.planes):
             p, q = k * st.plane_in, k * st.plane_out + y * ow * px
+            if px == 1:
+                for x in range(ow):
+                    if at[x] < 0:
+                        d[u(q + x)] = fv
+                    else:
+                        d[u(q + x)] = s[u(p + at[x])]
+                continue
             for x in range(ow):
                 for j in range(px):
                     if at[x] < 0:
-                        d[q + x * px + j] = fv
+                        d[u(q + x * px + j)] = fv
                     else:
-                        d[q + x * px + j] = s[p + at[x] + j]
+                        d[u(q + x * px + j)] = s[u(p + at[x] + j)]
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

@@ -220,41 +220,56 @@ def _copy_one(s, d, m, st, height, width, oh, ow, mode, fill):  # pragma: no cov
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, kind):  # pragma: no cover - JIT
+def _tap(x, sx, sy, inside, width, height, row, px, xs, ys, at, edge, e):  # pragma: no cover - JIT
+    """Store pixel ``x``'s point; where not all four of its taps are inside, list it in
+    ``edge`` at ``e`` (as ``-1 - x`` when it has no point) and return ``e + 1``. No branch
+    (unsigned compares, a store either way): the row's loop vectorises."""
+    u = np.uint64
+    x0, y0 = sx >> _BITS, sy >> _BITS
+    good = np.int64(inside) & np.int64(u(x0) < u(width - 1)) & np.int64(u(y0) < u(height - 1))
+    xs[x], ys[x] = sx, sy
+    at[x] = (y0 * row + x0 * px) * good
+    edge[e] = x if inside else -1 - x
+    return e + 1 - good
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, edge):  # pragma: no cover - JIT
     """Output row ``y``'s source points in fixed point (``xs``, ``ys``), the offset of each
-    one's top-left tap (``at``: 0 where not all four taps are inside), and ``kind``: 0 all
-    four taps inside, 1 not, 2 the fill (no point). Returns how many are not 0."""
+    one's top-left tap (``at``: 0 where not all four taps are inside), and the list of those
+    (:func:`_tap`). Returns the list's length."""
     near, bx, by = _row(m, disp, y, ow)
-    if near:  # the common case, a loop of its own (no branch: it vectorises)
+    e = 0
+    if near:  # the common case, a loop of its own
         m00, m10 = m[0, 0], m[1, 0]
         for x in range(ow):
-            xs[x] = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
-            ys[x] = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
-    else:  # :func:`_source`, without branches
-        moved, fy = disp.shape[0] > 0, float(y)
-        for x in range(ow):
-            fx, gy = float(x), fy
-            if moved:
-                fx += disp[i, y, x, 0]
-                gy += disp[i, y, x, 1]
-            w = m[2, 0] * fx + m[2, 1] * gy + m[2, 2]
-            front = w > 0.0  # else behind the horizon (and no division by zero)
-            sx = (m[0, 0] * fx + m[0, 1] * gy + m[0, 2]) / (w if front else 1.0)
-            sy = (m[1, 0] * fx + m[1, 1] * gy + m[1, 2]) / (w if front else 1.0)
-            inside = front and abs(sx) < _FAR and abs(sy) < _FAR
-            xs[x] = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
-            ys[x] = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
-            kind[x] = 0 if inside else 2
-    edges = 0
+            sx = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
+            sy = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
+            e = _tap(x, sx, sy, True, width, height, row, px, xs, ys, at, edge, e)
+        return e
+    moved, fy = disp.shape[0] > 0, float(y)  # :func:`_source`, without branches
     for x in range(ow):
-        x0, y0 = xs[x] >> _BITS, ys[x] >> _BITS
-        good = x0 >= 0 and x0 + 1 < width and y0 >= 0 and y0 + 1 < height
-        good = good and (near or kind[x] == 0)
-        at[x] = y0 * row + x0 * px if good else 0
-        lost = not (near or kind[x] == 0)
-        kind[x] = 0 if good else (2 if lost else 1)
-        edges += not good
-    return edges
+        fx, gy = float(x), fy
+        if moved:
+            fx += disp[i, y, x, 0]
+            gy += disp[i, y, x, 1]
+        w = m[2, 0] * fx + m[2, 1] * gy + m[2, 2]
+        front = w > 0.0  # else behind the horizon (and no division by zero)
+        sx = (m[0, 0] * fx + m[0, 1] * gy + m[0, 2]) / (w if front else 1.0)
+        sy = (m[1, 0] * fx + m[1, 1] * gy + m[1, 2]) / (w if front else 1.0)
+        inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
+        gx = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
+        gy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
+        e = _tap(x, gx, gy, inside, width, height, row, px, xs, ys, at, edge, e)
+    return e
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _blend8(s, i00, i01, i10, i11, ax, ay):  # pragma: no cover - JIT
+    """The exact uint8 blend of ``s`` at four indices (weights from ``ax``, ``ay``)."""
+    top = (_ONE - ax) * np.int64(s[i00]) + ax * np.int64(s[i01])
+    low = (_ONE - ax) * np.int64(s[i10]) + ax * np.int64(s[i11])
+    return ((_ONE - ay) * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -264,14 +279,13 @@ def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JI
     to unsigned (all are >= 0): numba then skips its negative-index wrap, twice as fast."""
     row, px, mask, u = st.row_in, st.pixel, _ONE - 1, np.uint64
     if rounding and px == 1:  # uint8 planes (CHW, 2-d): the loop the compiler does best
-        for x in range(ow):
-            ax, ay = xs[x] & mask, ys[x] & mask
-            wx, wy = _ONE - ax, _ONE - ay
-            for k in range(st.planes):
-                t, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x
-                top = wx * np.int64(s[u(t)]) + ax * np.int64(s[u(t + 1)])
-                low = wx * np.int64(s[u(t + row)]) + ax * np.int64(s[u(t + row + 1)])
-                d[u(q)] = (wy * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
+        for k0 in range(0, st.planes, 3):  # three planes a pass (RGB: one), unrolled
+            for x in range(ow):
+                ax, ay = xs[x] & mask, ys[x] & mask
+                for k in (k0, k0 + 1, k0 + 2):
+                    if k < st.planes:
+                        t, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x
+                        d[u(q)] = _blend8(s, u(t), u(t + 1), u(t + row), u(t + row + 1), ax, ay)
         return
     for x in range(ow):
         ax, ay = xs[x] & mask, ys[x] & mask
@@ -292,17 +306,16 @@ def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JI
 
 @nb.njit(cache=True, nogil=True)  # out of line: rows with border pixels only
 def _edge_row(
-    s, d, y, st, xs, ys, kind, ow, height, width, mode, fill, rounding
+    s, d, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
 ):  # pragma: no cover - JIT
-    """Output row ``y``'s pixels whose taps are not all inside (``kind`` 1 and 2)."""
-    for x in range(ow):
-        if kind[x] == 0:
-            continue
+    """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`_tap`)."""
+    for j in range(e):
+        x = edge[j] if edge[j] >= 0 else -1 - edge[j]
         out = (y * ow + x) * st.pixel
         x0, y0, ax, ay = xs[x] >> _BITS, ys[x] >> _BITS, xs[x] & (_ONE - 1), ys[x] & (_ONE - 1)
         lost = mode == PAD_CONSTANT and (x0 < -1 or x0 >= width or y0 < -1 or y0 >= height)
-        if kind[x] == 2 or lost:  # no point, or all four taps are the fill
-            v = fill if kind[x] == 2 else _mix(fill, fill, fill, fill, ax, ay, rounding)
+        if edge[j] < 0 or lost:  # no point, or all four taps are the fill
+            v = fill if edge[j] < 0 else _mix(fill, fill, fill, fill, ax, ay, rounding)
             for k in range(st.planes):
                 for c in range(st.pixel):
                     d[k * st.plane_out + out + c] = v
@@ -320,14 +333,14 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
         _copy_one(s, d, m, st, height, width, oh, ow, mode, fill)
         return
     xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
-    kind = np.empty(ow, np.int8)
+    edge = np.empty(ow, np.int64)
     blend = height > 1 and width > 1  # else no pixel has all four taps inside
     for y in range(oh):
-        edges = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, kind)
+        edges = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, edge)
         if blend:
             _blend_row(s, d, y * ow * pixel, st, xs, ys, at, ow, rounding)
         if edges:
-            _edge_row(s, d, y, st, xs, ys, kind, ow, height, width, mode, fill, rounding)
+            _edge_row(s, d, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

@@ -39,6 +39,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
+from .bytemoves import copy_bytes, fill_bytes
 from .geometry import PAD_CONSTANT, border
 
 __all__ = [
@@ -139,7 +140,7 @@ def _edge(
             d[k * st.plane_out + out + c] = _mix(v00, v01, v10, v11, ax, ay, rounding)
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True, inline="always")
 def _integer_move(m, disp, oh, ow):  # pragma: no cover - JIT
     """True when ``m`` moves whole pixels: affine, no displacement, six whole entries, and
     the output's corners (so all of it) map well within ``_FAR``."""
@@ -160,24 +161,22 @@ def _integer_move(m, disp, oh, ow):  # pragma: no cover - JIT
 @nb.njit(cache=True, nogil=True, inline="always")
 def _copy_run(s, d, y, k0, r, st, height, width, ow, mode, fv):  # pragma: no cover - JIT
     """Output row ``y`` of a whole-pixel move that reads source row ``r`` from column ``k0``
-    on: one run of bytes a plane (plain loops: LLVM makes them ``memcpy`` and ``memset``),
+    on: one run of bytes a plane (:func:`~.bytemoves.copy_bytes`, ``fill_bytes``),
     the fill either side under constant padding. False (nothing written) for the other
     padding modes where the row leaves the image."""
     lo, hi = min(max(-k0, 0), ow), max(min(width - k0, ow), 0)
     outside = r < 0 or r >= height or lo > 0 or hi < ow
     if outside and mode != PAD_CONSTANT:
         return False
-    px, u = st.pixel, np.uint64
+    px = st.pixel
     if r < 0 or r >= height:
         lo, hi = ow, ow
     for k in range(st.planes):
         q, p = k * st.plane_out + y * ow * px, k * st.plane_in + r * st.row_in + k0 * px
-        for j in range(lo * px):
-            d[u(q + j)] = fv
-        for j in range(lo * px, hi * px):
-            d[u(q + j)] = s[u(p + j)]
-        for j in range(max(hi, lo) * px, ow * px):
-            d[u(q + j)] = fv
+        fill_bytes(d, q, fv, lo * px)
+        if hi > lo:
+            copy_bytes(d, q + lo * px, s, p + lo * px, (hi - lo) * px)
+        fill_bytes(d, q + max(hi, lo) * px, fv, (ow - max(hi, lo)) * px)
     return True
 
 
@@ -190,11 +189,12 @@ def _copy_one(s, d, m, st, height, width, oh, ow, mode, fill):  # pragma: no cov
     a, b, c, e = np.int64(m[0, 0]), np.int64(m[0, 1]), np.int64(m[1, 0]), np.int64(m[1, 1])
     tx, ty, px, u = np.int64(m[0, 2]), np.int64(m[1, 2]), st.pixel, np.uint64
     fv = _mix(fill, fill, fill, fill, 0, 0, True)
+    fb = np.uint8(fv)  # the cast a store does
     for y in range(oh):
         if (
             a == 1
             and c == 0
-            and _copy_run(s, d, y, b * y + tx, e * y + ty, st, height, width, ow, mode, fv)
+            and _copy_run(s, d, y, b * y + tx, e * y + ty, st, height, width, ow, mode, fb)
         ):
             continue
         for x in range(ow):
@@ -304,7 +304,7 @@ def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JI
                     )
 
 
-@nb.njit(cache=True, nogil=True)  # out of line: rows with border pixels only
+@nb.njit(cache=True, nogil=True, inline="always")
 def _edge_row(
     s, d, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
 ):  # pragma: no cover - JIT
@@ -330,7 +330,8 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     s, d = src.reshape(-1), dst.reshape(-1)  # C-contiguous: flat views
     st = Strides(planes, pixel, width * pixel, height * width * pixel, oh * ow * pixel)
     if rounding and _integer_move(m, disp, oh, ow):
-        _copy_one(s, d, m, st, height, width, oh, ow, mode, fill)
+        # uint8 views: one compile serves float32 too (where it never runs: rounding is False)
+        _copy_one(s.view(np.uint8), d.view(np.uint8), m, st, height, width, oh, ow, mode, fill)
         return
     xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
     edge = np.empty(ow, np.int64)

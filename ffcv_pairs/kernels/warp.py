@@ -39,8 +39,8 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .bytemoves import copy_bytes, fill_bytes
 from .geometry import PAD_CONSTANT, border
+from .warp_copy import copy_whole_pixels, whole_pixels
 
 __all__ = [
     "Strides",
@@ -141,85 +141,6 @@ def _edge(
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _integer_move(m, disp, oh, ow):  # pragma: no cover - JIT
-    """True when ``m`` moves whole pixels: affine, no displacement, six whole entries, and
-    the output's corners (so all of it) map well within ``_FAR``."""
-    if disp.shape[0] > 0 or m[2, 0] != 0.0 or m[2, 1] != 0.0 or m[2, 2] != 1.0:
-        return False
-    for r in range(2):
-        for c in range(3):
-            if not (abs(m[r, c]) < 1e8 and math.floor(m[r, c]) == m[r, c]):
-                return False
-    for y in (0.0, oh - 1.0):
-        for x in (0.0, ow - 1.0):
-            u, v = m[0, 0] * x + m[0, 1] * y + m[0, 2], m[1, 0] * x + m[1, 1] * y + m[1, 2]
-            if not (abs(u) < 1e8 and abs(v) < 1e8):
-                return False
-    return True
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _copy_run(s, d, y, k0, r, st, height, width, ow, mode, fv):  # pragma: no cover - JIT
-    """Output row ``y`` of a whole-pixel move that reads source row ``r`` from column ``k0``
-    on: one run of bytes a plane (:func:`~.bytemoves.copy_bytes`, ``fill_bytes``),
-    the fill either side under constant padding. False (nothing written) for the other
-    padding modes where the row leaves the image."""
-    lo, hi = min(max(-k0, 0), ow), max(min(width - k0, ow), 0)
-    outside = r < 0 or r >= height or lo > 0 or hi < ow
-    if outside and mode != PAD_CONSTANT:
-        return False
-    px = st.pixel
-    if r < 0 or r >= height:
-        lo, hi = ow, ow
-    for k in range(st.planes):
-        q, p = k * st.plane_out + y * ow * px, k * st.plane_in + r * st.row_in + k0 * px
-        fill_bytes(d, q, fv, lo * px)
-        if hi > lo:
-            copy_bytes(d, q + lo * px, s, p + lo * px, (hi - lo) * px)
-        fill_bytes(d, q + max(hi, lo) * px, fv, (ow - max(hi, lo)) * px)
-    return True
-
-
-@nb.njit(cache=True, nogil=True)
-def _copy_one(s, d, m, st, height, width, oh, ow, mode, fill):  # pragma: no cover - JIT
-    """:func:`_bilinear_one` of a uint8 sample whose matrix moves whole pixels
-    (:func:`_integer_move`): each output pixel is the source pixel it lands on (the blend's
-    weights are 1 and 0), mapped by the padding mode, or the fill, as bytes."""
-    at = np.empty(ow, np.int64)  # a row's source offsets, -1 for the fill
-    a, b, c, e = np.int64(m[0, 0]), np.int64(m[0, 1]), np.int64(m[1, 0]), np.int64(m[1, 1])
-    tx, ty, px, u = np.int64(m[0, 2]), np.int64(m[1, 2]), st.pixel, np.uint64
-    fv = _mix(fill, fill, fill, fill, 0, 0, True)
-    fb = np.uint8(fv)  # the cast a store does
-    for y in range(oh):
-        if (
-            a == 1
-            and c == 0
-            and _copy_run(s, d, y, b * y + tx, e * y + ty, st, height, width, ow, mode, fb)
-        ):
-            continue
-        for x in range(ow):
-            r, k = c * x + e * y + ty, a * x + b * y + tx
-            if not (0 <= r < height and 0 <= k < width):
-                r, k = border(r, height, mode), border(k, width, mode)
-            at[x] = -1 if r < 0 or k < 0 else r * st.row_in + k * px
-        for k in range(st.planes):
-            p, q = k * st.plane_in, k * st.plane_out + y * ow * px
-            if px == 1:
-                for x in range(ow):
-                    if at[x] < 0:
-                        d[u(q + x)] = fv
-                    else:
-                        d[u(q + x)] = s[u(p + at[x])]
-                continue
-            for x in range(ow):
-                for j in range(px):
-                    if at[x] < 0:
-                        d[u(q + x * px + j)] = fv
-                    else:
-                        d[u(q + x * px + j)] = s[u(p + at[x] + j)]
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
 def _tap(x, sx, sy, inside, width, height, row, px, xs, ys, at, edge, e):  # pragma: no cover - JIT
     """Store pixel ``x``'s point; where not all four of its taps are inside, list it in
     ``edge`` at ``e`` (as ``-1 - x`` when it has no point) and return ``e + 1``. No branch
@@ -259,8 +180,8 @@ def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, edge):  # pragm
         sy = (m[1, 0] * fx + m[1, 1] * gy + m[1, 2]) / (w if front else 1.0)
         inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
         gx = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
-        gy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
-        e = _tap(x, gx, gy, inside, width, height, row, px, xs, ys, at, edge, e)
+        hy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
+        e = _tap(x, gx, hy, inside, width, height, row, px, xs, ys, at, edge, e)
     return e
 
 
@@ -329,9 +250,12 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     oh, ow = dst.shape[1], dst.shape[2]
     s, d = src.reshape(-1), dst.reshape(-1)  # C-contiguous: flat views
     st = Strides(planes, pixel, width * pixel, height * width * pixel, oh * ow * pixel)
-    if rounding and _integer_move(m, disp, oh, ow):
+    if rounding and whole_pixels(m, disp, oh, ow):
+        fv = np.uint8(_mix(fill, fill, fill, fill, 0, 0, True))  # the cast a store does
         # uint8 views: one compile serves float32 too (where it never runs: rounding is False)
-        _copy_one(s.view(np.uint8), d.view(np.uint8), m, st, height, width, oh, ow, mode, fill)
+        copy_whole_pixels(
+            s.view(np.uint8), d.view(np.uint8), m, st, height, width, oh, ow, mode, fv
+        )
         return
     xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
     edge = np.empty(ow, np.int64)

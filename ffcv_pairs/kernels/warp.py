@@ -18,6 +18,13 @@ the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + 
 ``sx`` and ``sy`` are rounded to a multiple of ``2**-20`` pixel first (see ``_BITS``); a uint8
 blend is then exact, in integers.
 
+**Paths** (each gives the bytes the definition gives: ``tests/test_warp_paths.py``). A row at
+a time: its source points first (two multiply-adds a pixel for an affine row), then one
+branch-free blend of every pixel as if its four taps were inside, then the pixels whose taps
+are not (few: the fill directly where all four are outside under constant padding). A uint8
+sample whose matrix moves whole pixels (flips, quarter turns, transpose, d4, whole shifts,
+``pad_if_needed``, crops: affine, six whole entries) is copied: its blend weights are 1 and 0.
+
 One compile per dtype family (uint8 and float32 for :func:`warp_bilinear`, bytes for
 :func:`warp_nearest`), each a small ``cache=True`` function, compiled only when a pipeline
 uses the matrix geometry; each has a serial twin that serves while the parallel one compiles
@@ -32,7 +39,8 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .geometry import border
+from .geometry import PAD_CONSTANT, border
+from .warp_copy import copy_whole_pixels, whole_pixels
 
 __all__ = [
     "Strides",
@@ -113,30 +121,6 @@ class Strides(NamedTuple):
     plane_out: int
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def _inside(s, d, at, out, st, ax, ay, rounding):  # pragma: no cover - JIT
-    """One output pixel whose four taps (from ``s[at]``) are all inside the image."""
-    wx, wy, row, px = _ONE - ax, _ONE - ay, st.row_in, st.pixel
-    if rounding and px == 1:  # uint8 planes (CHW, 2-d): the loop the compiler does best
-        for k in range(st.planes):
-            p = k * st.plane_in + at
-            top = wx * np.int64(s[p]) + ax * np.int64(s[p + 1])
-            low = wx * np.int64(s[p + row]) + ax * np.int64(s[p + row + 1])
-            d[k * st.plane_out + out] = (wy * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
-        return
-    for k in range(st.planes):
-        p, q = k * st.plane_in + at, k * st.plane_out + out
-        for c in range(px):
-            if rounding:  # uint8: exact integer blend, rounded half up
-                top = wx * np.int64(s[p + c]) + ax * np.int64(s[p + c + px])
-                low = wx * np.int64(s[p + c + row]) + ax * np.int64(s[p + c + row + px])
-                d[q + c] = (wy * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
-            else:
-                d[q + c] = _mix(
-                    s[p + c], s[p + c + px], s[p + c + row], s[p + c + row + px], ax, ay, False
-                )
-
-
 @nb.njit(cache=True, nogil=True)  # out of line: border pixels are few, and it compiles once
 def _edge(
     s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding
@@ -156,31 +140,132 @@ def _edge(
             d[k * st.plane_out + out + c] = _mix(v00, v01, v10, v11, ax, ay, rounding)
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _tap(x, sx, sy, inside, width, height, row, px, xs, ys, at, edge, e):  # pragma: no cover - JIT
+    """Store pixel ``x``'s point; where not all four of its taps are inside, list it in
+    ``edge`` at ``e`` (as ``-1 - x`` when it has no point) and return ``e + 1``. No branch
+    (unsigned compares, a store either way): the row's loop vectorises."""
+    u = np.uint64
+    x0, y0 = sx >> _BITS, sy >> _BITS
+    good = np.int64(inside) & np.int64(u(x0) < u(width - 1)) & np.int64(u(y0) < u(height - 1))
+    xs[x], ys[x] = sx, sy
+    at[x] = (y0 * row + x0 * px) * good
+    edge[e] = x if inside else -1 - x
+    return e + 1 - good
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, edge):  # pragma: no cover - JIT
+    """Output row ``y``'s source points in fixed point (``xs``, ``ys``), the offset of each
+    one's top-left tap (``at``: 0 where not all four taps are inside), and the list of those
+    (:func:`_tap`). Returns the list's length."""
+    near, bx, by = _row(m, disp, y, ow)
+    e = 0
+    if near:  # the common case, a loop of its own
+        m00, m10 = m[0, 0], m[1, 0]
+        for x in range(ow):
+            sx = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
+            sy = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
+            e = _tap(x, sx, sy, True, width, height, row, px, xs, ys, at, edge, e)
+        return e
+    moved, fy = disp.shape[0] > 0, float(y)  # :func:`_source`, without branches
+    for x in range(ow):
+        fx, gy = float(x), fy
+        if moved:
+            fx += disp[i, y, x, 0]
+            gy += disp[i, y, x, 1]
+        w = m[2, 0] * fx + m[2, 1] * gy + m[2, 2]
+        front = w > 0.0  # else behind the horizon (and no division by zero)
+        sx = (m[0, 0] * fx + m[0, 1] * gy + m[0, 2]) / (w if front else 1.0)
+        sy = (m[1, 0] * fx + m[1, 1] * gy + m[1, 2]) / (w if front else 1.0)
+        inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
+        gx = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
+        hy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
+        e = _tap(x, gx, hy, inside, width, height, row, px, xs, ys, at, edge, e)
+    return e
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _blend8(s, i00, i01, i10, i11, ax, ay):  # pragma: no cover - JIT
+    """The exact uint8 blend of ``s`` at four indices (weights from ``ax``, ``ay``)."""
+    top = (_ONE - ax) * np.int64(s[i00]) + ax * np.int64(s[i01])
+    low = (_ONE - ax) * np.int64(s[i10]) + ax * np.int64(s[i11])
+    return ((_ONE - ay) * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JIT
+    """Every pixel of an output row (from ``q0``) blended from its four taps at ``at``: right
+    where all four are inside (:func:`_taps`), to be overwritten elsewhere. Indices are cast
+    to unsigned (all are >= 0): numba then skips its negative-index wrap, twice as fast."""
+    row, px, mask, u = st.row_in, st.pixel, _ONE - 1, np.uint64
+    if rounding and px == 1:  # uint8 planes (CHW, 2-d): the loop the compiler does best
+        for k0 in range(0, st.planes, 3):  # three planes a pass (RGB: one), unrolled
+            for x in range(ow):
+                ax, ay = xs[x] & mask, ys[x] & mask
+                for k in (k0, k0 + 1, k0 + 2):
+                    if k < st.planes:
+                        t, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x
+                        d[u(q)] = _blend8(s, u(t), u(t + 1), u(t + row), u(t + row + 1), ax, ay)
+        return
+    for x in range(ow):
+        ax, ay = xs[x] & mask, ys[x] & mask
+        wx, wy = _ONE - ax, _ONE - ay
+        for k in range(st.planes):
+            p, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x * px
+            for c in range(px):
+                t = p + c
+                if rounding:  # uint8: exact integer blend, rounded half up
+                    top = wx * np.int64(s[u(t)]) + ax * np.int64(s[u(t + px)])
+                    low = wx * np.int64(s[u(t + row)]) + ax * np.int64(s[u(t + row + px)])
+                    d[u(q + c)] = (wy * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
+                else:
+                    d[u(q + c)] = _mix(
+                        s[u(t)], s[u(t + px)], s[u(t + row)], s[u(t + row + px)], ax, ay, False
+                    )
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _edge_row(
+    s, d, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
+):  # pragma: no cover - JIT
+    """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`_tap`)."""
+    for j in range(e):
+        x = edge[j] if edge[j] >= 0 else -1 - edge[j]
+        out = (y * ow + x) * st.pixel
+        x0, y0, ax, ay = xs[x] >> _BITS, ys[x] >> _BITS, xs[x] & (_ONE - 1), ys[x] & (_ONE - 1)
+        lost = mode == PAD_CONSTANT and (x0 < -1 or x0 >= width or y0 < -1 or y0 >= height)
+        if edge[j] < 0 or lost:  # no point, or all four taps are the fill
+            v = fill if edge[j] < 0 else _mix(fill, fill, fill, fill, ax, ay, rounding)
+            for k in range(st.planes):
+                for c in range(st.pixel):
+                    d[k * st.plane_out + out + c] = v
+        else:
+            _edge(s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding)
+
+
 @nb.njit(cache=True, nogil=True)
 def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cover - JIT
     planes, height, width, pixel = src.shape
     oh, ow = dst.shape[1], dst.shape[2]
     s, d = src.reshape(-1), dst.reshape(-1)  # C-contiguous: flat views
     st = Strides(planes, pixel, width * pixel, height * width * pixel, oh * ow * pixel)
+    if rounding and whole_pixels(m, disp, oh, ow):
+        fv = np.uint8(_mix(fill, fill, fill, fill, 0, 0, True))  # the cast a store does
+        # uint8 views: one compile serves float32 too (where it never runs: rounding is False)
+        copy_whole_pixels(
+            s.view(np.uint8), d.view(np.uint8), m, st, height, width, oh, ow, mode, fv
+        )
+        return
+    xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
+    edge = np.empty(ow, np.int64)
+    blend = height > 1 and width > 1  # else no pixel has all four taps inside
     for y in range(oh):
-        near, bx, by = _row(m, disp, y, ow)
-        for x in range(ow):
-            if near:
-                sx = np.int64(math.floor((bx + m[0, 0] * x) * _SCALE + 0.5))
-                sy, inside = np.int64(math.floor((by + m[1, 0] * x) * _SCALE + 0.5)), True
-            else:
-                sx, sy, inside = _source(m, disp, i, y, x)
-            out = (y * ow + x) * pixel
-            x0, y0 = sx >> _BITS, sy >> _BITS
-            ax, ay = sx & (_ONE - 1), sy & (_ONE - 1)
-            if not inside:
-                for k in range(planes):
-                    for c in range(pixel):
-                        d[k * st.plane_out + out + c] = fill
-            elif x0 >= 0 and x0 + 1 < width and y0 >= 0 and y0 + 1 < height:
-                _inside(s, d, y0 * st.row_in + x0 * pixel, out, st, ax, ay, rounding)
-            else:
-                _edge(s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding)
+        edges = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, edge)
+        if blend:
+            _blend_row(s, d, y * ow * pixel, st, xs, ys, at, ow, rounding)
+        if edges:
+            _edge_row(s, d, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

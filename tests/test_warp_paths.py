@@ -1,0 +1,127 @@
+"""The sampler's fast paths against its definition (the module docstring of kernels/warp),
+byte for byte: the row-at-a-time bilinear kernel against a plain Python per-pixel
+transcription on random affine, perspective and displaced matrices (every padding mode,
+planes and interleaved pixels, uint8 and float32); the whole-pixel copy against the
+general blend of the same matrix nudged by far less than its fixed point resolves."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ffcv_pairs.kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, border
+from ffcv_pairs.kernels.warp import warp_bilinear, warp_bilinear_serial
+
+MODES = [PAD_CONSTANT, PAD_REFLECT, PAD_EDGE]
+ONE = 1 << 20
+
+
+def reference(src, m, disp, size, mode, fill):
+    """One sample ``src`` (planes, h, w, pixel) warped as the docstring defines it, a pixel
+    at a time in Python."""
+    planes, h, w, px = src.shape
+    out = np.zeros((planes, *size, px), src.dtype)
+    uint8 = src.dtype == np.uint8
+    for y in range(size[0]):
+        for x in range(size[1]):
+            fx, fy = float(x), float(y)
+            if disp is not None:
+                fx, fy = fx + disp[y, x, 0], fy + disp[y, x, 1]
+            q = m[2, 0] * fx + m[2, 1] * fy + m[2, 2]
+            if not q > 0.0:
+                out[:, y, x] = fill
+                continue
+            sx = (m[0, 0] * fx + m[0, 1] * fy + m[0, 2]) / q
+            sy = (m[1, 0] * fx + m[1, 1] * fy + m[1, 2]) / q
+            if not (abs(sx) < 1e9 and abs(sy) < 1e9):
+                out[:, y, x] = fill
+                continue
+            gx, gy = math.floor(sx * ONE + 0.5), math.floor(sy * ONE + 0.5)
+            x0, y0, ax, ay = gx >> 20, gy >> 20, gx & (ONE - 1), gy & (ONE - 1)
+            cols = [border(x0, w, mode), border(x0 + 1, w, mode)]
+            rows = [border(y0, h, mode), border(y0 + 1, h, mode)]
+            for k in range(planes):
+                for c in range(px):
+                    v = [[fill if r < 0 or j < 0 else src[k, r, j, c] for j in cols] for r in rows]
+                    if uint8:
+                        top = (ONE - ax) * int(v[0][0]) + ax * int(v[0][1])
+                        low = (ONE - ax) * int(v[1][0]) + ax * int(v[1][1])
+                        out[k, y, x, c] = ((ONE - ay) * top + ay * low + (1 << 39)) >> 40
+                    else:
+                        fa, fb = ax / ONE, ay / ONE
+                        top = (1.0 - fa) * float(v[0][0]) + fa * float(v[0][1])
+                        low = (1.0 - fa) * float(v[1][0]) + fa * float(v[1][1])
+                        out[k, y, x, c] = (1.0 - fb) * top + fb * low
+    return out
+
+
+def random_matrices(rng, n, kind, h, w):
+    m = np.tile(np.eye(3), (n, 1, 1))
+    m[:, :2, :2] += rng.normal(0, 0.4, (n, 2, 2))
+    m[:, 0, 2], m[:, 1, 2] = rng.uniform(-0.3, 1.1, n) * w, rng.uniform(-0.3, 1.1, n) * h
+    if kind == "perspective":
+        m[:, 2, :2] = rng.normal(0, 0.02, (n, 2))
+    return m
+
+
+@pytest.mark.parametrize("kind", ["affine", "perspective", "displaced"])
+@pytest.mark.parametrize("layout", [(3, 1), (1, 3), (1, 1)])
+@pytest.mark.parametrize("mode", MODES)
+def test_rows_are_the_definition(kind, layout, mode) -> None:
+    rng = np.random.default_rng([len(kind), *layout, mode])
+    n, (h, w), size = 3, (9, 12), (11, 13)
+    planes, px = layout
+    src = rng.integers(0, 256, (n, planes, h, w, px)).astype(np.uint8)
+    m = random_matrices(rng, n, kind, h, w)
+    disp = rng.normal(0, 1.5, (n, *size, 2)) if kind == "displaced" else np.zeros((0, *size, 2))
+    for img, fill in ((src, 17.0), ((src / 255).astype(np.float32), 0.25)):
+        out = np.empty((n, planes, *size, px), img.dtype)
+        warp_bilinear_serial(img, out, m, disp, mode, fill, img.dtype == np.uint8)
+        for i in range(n):
+            ref = reference(img[i], m[i], disp[i] if len(disp) else None, size, mode, fill)
+            np.testing.assert_array_equal(out[i], ref)
+
+
+def whole_moves(rng, n, h, w, size):
+    """Flips, quarter turns, transposes and whole shifts, some far outside the image."""
+    lin = np.array(
+        [
+            [[1, 0], [0, 1]],
+            [[-1, 0], [0, 1]],
+            [[1, 0], [0, -1]],
+            [[0, 1], [1, 0]],
+            [[0, -1], [1, 0]],
+            [[0, 1], [-1, 0]],
+            [[-1, 0], [0, -1]],
+            [[0, -1], [-1, 0]],
+        ]
+    )
+    m = np.tile(np.eye(3), (n, 1, 1))
+    m[:, :2, :2] = lin[rng.integers(0, len(lin), n)]
+    m[:, 0, 2] = rng.integers(-size[1] - 3, w + size[1] + 3, n)
+    m[:, 1, 2] = rng.integers(-size[0] - 3, h + size[0] + 3, n)
+    m[0, :2, :2], m[0, :2, 2] = np.eye(2), (-(size[1] - w) // 2, -(size[0] - h) // 2)  # a pad
+    return m
+
+
+@pytest.mark.parametrize("layout", [(3, 1), (1, 3)])
+@pytest.mark.parametrize("mode", MODES)
+def test_whole_pixel_moves_copy_what_the_blend_gives(layout, mode) -> None:
+    """A uint8 sample whose matrix moves whole pixels is copied, not blended: the same bytes
+    as the blend of the matrix nudged by 1e-9 pixel (not whole, the same fixed point)."""
+    rng = np.random.default_rng([mode, *layout])
+    n, (h, w), size = 40, (7, 10), (12, 9)
+    src = rng.integers(0, 256, (n, layout[0], h, w, layout[1])).astype(np.uint8)
+    m = whole_moves(rng, n, h, w, size)
+    nudged = m.copy()
+    nudged[:, :2, 2] += 1e-9
+    none = np.zeros((0, *size, 2))
+    for fill in (0.0, 200.0):
+        got, want = (np.empty((n, layout[0], *size, layout[1]), np.uint8) for _ in range(2))
+        warp_bilinear(src, got, m, none, mode, fill, True)
+        warp_bilinear(src, want, nudged, none, mode, fill, True)
+        np.testing.assert_array_equal(got, want)
+        ref = reference(src[0], m[0], None, size, mode, fill)
+        np.testing.assert_array_equal(got[0], ref)

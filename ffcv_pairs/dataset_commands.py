@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -214,23 +213,7 @@ def inspect_dataset(path: Path, preview: int | None) -> int:
             f"--preview draws pairs from one .beton, and {path} is a dataset of "
             f"{len(dataset.shards)} shards: preview a shard (inspect {first} --preview {preview})"
         )
-    offsets = dataset.offsets.tolist()
-    lines = [
-        f"dataset:      {path} ({dataset.format})",
-        f"shards:       {len(dataset.shards)}",
-        f"samples:      {dataset.num_samples}",
-        f"schema:       {json.dumps(dataset.schema, sort_keys=True)}",
-        f"digest:       sha256 {dataset.digest[:16]}..",
-        "shards (path, samples, first global id, bytes):",
-    ]
-    width = max(len(e.path) for e in dataset.shards)
-    for i, entry in enumerate(dataset.shards):
-        part = "" if entry.part is None else f"  part {entry.part['index']}/{entry.part['count']}"
-        lines.append(
-            f"  {i:>4}  {entry.path:<{width}}  {entry.samples:>10}  {offsets[i]:>10}  "
-            f"{entry.bytes:>12}{part}"
-        )
-    print("\n".join(lines))
+    print(dataset.listing(str(path)))
     return 0
 
 

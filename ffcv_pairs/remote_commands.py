@@ -18,7 +18,6 @@ Usage::
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 import tempfile
 import zlib
@@ -100,22 +99,7 @@ def inspect_remote(url: str, preview: int | None) -> int:
     fs, shards, dataset = _manifest(url)
     with ThreadPoolExecutor(min(_IN_FLIGHT, len(shards))) as pool:
         problems = list(pool.map(lambda s: _header_problem(fs, *s), zip(shards, dataset.shards)))
-    offsets = dataset.offsets.tolist()
-    lines = [
-        f"dataset:      {url} ({dataset.format})",
-        f"shards:       {len(dataset.shards)}",
-        f"samples:      {dataset.num_samples}",
-        f"schema:       {json.dumps(dataset.schema, sort_keys=True)}",
-        f"digest:       sha256 {dataset.digest[:16]}..",
-        "shards (path, samples, first global id, bytes):",
-    ]
-    width = max(len(e.path) for e in dataset.shards)
-    for i, entry in enumerate(dataset.shards):
-        lines.append(
-            f"  {i:>4}  {entry.path:<{width}}  {entry.samples:>10}  {offsets[i]:>10}  "
-            f"{entry.bytes:>12}"
-        )
-    print("\n".join(lines))
+    print(dataset.listing(url))
     bad = next((p for p in problems if p is not None), None)
     if bad is not None:
         print(f"FAIL: {bad}")

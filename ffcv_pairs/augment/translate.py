@@ -36,6 +36,7 @@ __all__ = [
     "Untranslatable",
     "always",
     "build_spec",
+    "color_jitter",
     "scalar",
     "spread",
     "translate",
@@ -279,3 +280,15 @@ def with_probability(options: dict[str, Any], p: float, what: str) -> dict[str, 
     if len(found) != 1:
         raise Untranslatable(f"p={p} around {what}: ours has no probability for it")
     return {**options, found[0]: options[found[0]] * p}
+
+
+def color_jitter(t: Any) -> dict[str, Any]:
+    """A ``ColorJitter``'s four ranges (torchvision's and Albumentations' attributes alike) as
+    ``color_jitter``; none on: no option."""
+    parts = (
+        spread("brightness", t.brightness, 1.0, 0.0),
+        spread("contrast", t.contrast, 1.0, 0.0),
+        spread("saturation", t.saturation, 1.0, 0.0),
+        spread("hue", t.hue, 0.0),
+    )
+    return {"color_jitter": parts} if any(parts) else {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .translate import Context, Row, Untranslatable, always, spread
+from .translate import Context, Row, Untranslatable, always, color_jitter, spread
 
 __all__ = ["ALBUMENTATIONS"]
 
@@ -140,13 +140,7 @@ def _scale(t: Any, ctx: Context) -> dict[str, Any]:
 
 def _jitter(t: Any, ctx: Context) -> dict[str, Any]:
     always(t)
-    parts = (
-        spread("brightness", t.brightness, 1.0, 0.0),
-        spread("contrast", t.contrast, 1.0, 0.0),
-        spread("saturation", t.saturation, 1.0, 0.0),
-        spread("hue", t.hue, 0.0),
-    )
-    return {"color_jitter": parts} if any(parts) else {}
+    return color_jitter(t)
 
 
 def _gray(t: Any, ctx: Context) -> dict[str, Any]:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .translate import Context, Row, Untranslatable, scalar, spread, with_probability
+from .translate import (
+    Context,
+    Row,
+    Untranslatable,
+    color_jitter,
+    scalar,
+    with_probability,
+)
 
 __all__ = ["TORCHVISION"]
 
@@ -71,13 +78,7 @@ def _resize(t: Any, ctx: Context) -> dict[str, Any]:
 
 
 def _jitter(t: Any, ctx: Context) -> dict[str, Any]:
-    parts = (
-        spread("brightness", t.brightness, 1.0, 0.0),
-        spread("contrast", t.contrast, 1.0, 0.0),
-        spread("saturation", t.saturation, 1.0, 0.0),
-        spread("hue", t.hue, 0.0),
-    )
-    return {"color_jitter": parts} if any(parts) else {}
+    return color_jitter(t)
 
 
 def _grayscale(t: Any, ctx: Context) -> dict[str, Any]:

@@ -132,6 +132,27 @@ class DatasetManifest:
         """SHA-256 of the manifest's canonical bytes: what a resume state names."""
         return hashlib.sha256(self.to_bytes()).hexdigest()
 
+    def listing(self, where: str) -> str:
+        """What ``inspect`` prints of the dataset at ``where``: its shards, samples, schema and
+        digest, then each shard's path, samples, first global id, bytes (and part)."""
+        offsets = self.offsets.tolist()
+        lines = [
+            f"dataset:      {where} ({self.format})",
+            f"shards:       {len(self.shards)}",
+            f"samples:      {self.num_samples}",
+            f"schema:       {json.dumps(self.schema, sort_keys=True)}",
+            f"digest:       sha256 {self.digest[:16]}..",
+            "shards (path, samples, first global id, bytes):",
+        ]
+        width = max(len(e.path) for e in self.shards)
+        for i, entry in enumerate(self.shards):
+            part = entry.part and f"  part {entry.part['index']}/{entry.part['count']}"
+            lines.append(
+                f"  {i:>4}  {entry.path:<{width}}  {entry.samples:>10}  {offsets[i]:>10}  "
+                f"{entry.bytes:>12}{part or ''}"
+            )
+        return "\n".join(lines)
+
     def paths(self, manifest: str | os.PathLike[str]) -> list[Path]:
         """Each shard's path, resolved against the folder of the file at ``manifest``."""
         root = Path(manifest).parent

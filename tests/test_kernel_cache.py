@@ -357,3 +357,26 @@ def test_a_process_forked_while_a_kernel_compiles_can_compile(tmp_path: Path) ->
         timeout=60,
     )
     assert out.returncode == 0 and out.stdout.strip() == "0", (out.stdout, out.stderr[-2000:])
+
+
+def test_wait_for_compiles_returns_once_the_background_compiles_ended() -> None:
+    """What a benchmark calls before its timed epoch: every compile ``compile_pending``
+    started has ended when it returns."""
+    import threading
+    import time
+
+    from ffcv_pairs.kernels import stand_in
+
+    class Slow:
+        done = threading.Event()
+
+        def _compile(self) -> None:
+            time.sleep(0.3)
+            self.done.set()
+
+    job = Slow()
+    with stand_in._PENDING_LOCK:
+        stand_in._PENDING.append(job)  # type: ignore[arg-type]
+    stand_in.compile_pending()
+    stand_in.wait_for_compiles()
+    assert job.done.is_set()

@@ -188,17 +188,14 @@ def _ours(path: Path, options: dict[str, Any], batch: int) -> float:
     """Our loader's pairs/s over an epoch once its kernels are compiled: the first epoch
     compiles (or loads) them, and a parallel kernel compiling in the background (its serial
     twin serving meanwhile, see ``kernels/stand_in``) is waited for before the timed one."""
-    import threading
-
     from ffcv_pairs import PairAugment, make_loader
+    from ffcv_pairs.kernels.stand_in import wait_for_compiles
 
     loader = make_loader(path, batch_size=batch, augment=PairAugment(**options), device="cpu")
     for _ in range(2):  # the second epoch switches to the parallel kernels compiled meanwhile
         for _ in loader:
             pass
-        for thread in threading.enumerate():
-            if thread.name == "ffcv-pairs-compile":
-                thread.join()
+        wait_for_compiles()
     start, count = time.perf_counter(), 0
     for a, _, _ in loader:
         count += len(a)

@@ -26,10 +26,11 @@ from typing import Any
 
 from ._cache import SharedCompile, announce, compile_lock, is_cached
 
-__all__ = ["ParallelSoon", "compile_pending"]
+__all__ = ["ParallelSoon", "compile_pending", "wait_for_compiles"]
 
 _PENDING: list[ParallelSoon] = []
 _PENDING_LOCK = threading.Lock()
+_COMPILERS: list[threading.Thread] = []  # the background threads compile_pending started
 
 
 class ParallelSoon:
@@ -94,9 +95,22 @@ def compile_pending() -> None:
         jobs = list(_PENDING)
         _PENDING.clear()
     if jobs:
-        threading.Thread(
+        thread = threading.Thread(
             target=_compile_all, args=(jobs,), name="ffcv-pairs-compile", daemon=True
-        ).start()
+        )
+        thread.start()
+        with _PENDING_LOCK:
+            _COMPILERS.append(thread)
+
+
+def wait_for_compiles() -> None:
+    """Return once every background compile :func:`compile_pending` started has ended, so
+    later batches come from the parallel kernels (a benchmark's timed epoch, say)."""
+    with _PENDING_LOCK:
+        threads = list(_COMPILERS)
+        _COMPILERS.clear()
+    for thread in threads:
+        thread.join()
 
 
 def _compile_all(jobs: list[ParallelSoon]) -> None:

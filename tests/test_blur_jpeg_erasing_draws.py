@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from drawn_ops import loader_epoch, run_steps
 from test_distributions import binomial_z, chi2_p, chi2_two_sample_p, ks_uniform_p
 
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
-from ffcv_pairs.augment.photo_ops import apply_photo_steps, photo_steps, value_range
+from ffcv_pairs.augment.photo_ops import apply_photo_steps, photo_steps
 from ffcv_pairs.kernels.hashing import uniform_rows
 
 ALPHA = 1e-5
@@ -122,11 +123,8 @@ EVERY = dict(blur=0.7, jpeg=0.7, jpeg_quality=(20, 90), erasing=0.7, erasing_val
 
 
 def run(aug: PairAugment, images: np.ndarray, ids: np.ndarray, tag: int) -> np.ndarray:
-    out = images.copy()
     steps = photo_steps(aug, images.shape[1], images.dtype.name, "A", images.shape[2:])
-    view = out.reshape(*out.shape, 1)
-    apply_photo_steps(view, ids, CLOCK, steps, value_range(out.dtype.name, aug), tag)
-    return out
+    return run_steps(steps, aug, images, ids, tag, CLOCK)
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
@@ -184,21 +182,7 @@ def test_loader_pairs_repeats_and_thread_counts(tmp_path: Path, shape: tuple) ->
     aug = PairAugment(hflip=0.5, crop=(12, 12), **EVERY)
 
     def epoch(e: int, threads: int) -> bytes:
-        loader = make_loader(
-            path,
-            batch_size=16,
-            augment=aug,
-            num_threads=threads,
-            order="random",
-            seed=5,
-            device="cpu",
-        )
-        loader.set_epoch(e)
-        out = []
-        for x, y, _ in loader:
-            assert np.array_equal(x.numpy(), y.numpy())
-            out.append(x.numpy().tobytes())
-        return b"".join(out)
+        return loader_epoch(path, aug, e, threads)
 
     first = epoch(1, 2)
     assert first == epoch(1, 1) == epoch(1, 2)

@@ -22,6 +22,7 @@ import io
 import numpy as np
 import pytest
 import torch
+from drawn_ops import apply_in_layout
 from PIL import Image
 
 kornia = pytest.importorskip("kornia")
@@ -42,19 +43,7 @@ def smooth(channels: int, height: int = 29, width: int = 35) -> np.ndarray:
     return np.clip(noisy, 0, 255).astype(np.uint8)
 
 
-def run(fn, image: np.ndarray, head: tuple, tail: tuple, axes: str = "chw") -> np.ndarray:
-    """``fn`` on a copy of the CHW ``image`` seen as ``axes`` (chw, hwc or hw), back as CHW."""
-    if axes == "chw":
-        view = image.copy()[:, :, :, None]
-    elif axes == "hwc":
-        view = image.transpose(1, 2, 0).copy()[None]  # a copy, even of one channel
-    else:
-        assert len(image) == 1, "2-d images: one plane"
-        view = image[0].copy()[None, :, :, None]
-    fn(view, np.array([*head, *tail], np.float64), 0)
-    if axes == "hwc":
-        return view[0].transpose(2, 0, 1)
-    return view[:, :, :, 0] if axes == "chw" else view[0, :, :, 0][None]
+run = apply_in_layout
 
 
 def kornia_blur(image: np.ndarray, sigma: float, size: int) -> np.ndarray:

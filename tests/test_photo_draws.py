@@ -10,13 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numba as nb
 import numpy as np
 import pytest
+from drawn_ops import loader_epoch, run_steps
 from test_distributions import binomial_z, chi2_p
 
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
-from ffcv_pairs.augment.photo_ops import apply_photo_steps, photo_steps, value_range
+from ffcv_pairs.augment.photo_ops import photo_steps
 from ffcv_pairs.kernels import hashing
 from ffcv_pairs.kernels.hashing import OP_USER, PHOTO_OP_IDS, uniform_rows
 
@@ -130,16 +130,8 @@ def test_paired_draws_are_shared_and_unpaired_ones_independent() -> None:
 # -- whole batches through the driver -------------------------------------------------------
 def run(aug: PairAugment, images: np.ndarray, ids: np.ndarray, tag: int, threads: int = 2):
     """The ops of ``aug`` on a copy of CHW ``images`` (samples ``ids``), as the loader runs them."""
-    out = images.copy()
     steps = photo_steps(aug, images.shape[1], images.dtype.name, "A")
-    before = nb.get_num_threads()
-    nb.set_num_threads(threads)
-    try:
-        view = out.reshape(*out.shape, 1)
-        apply_photo_steps(view, ids, CLOCK, steps, value_range(out.dtype.name, aug), tag)
-    finally:
-        nb.set_num_threads(before)
-    return out
+    return run_steps(steps, aug, images, ids, tag, CLOCK, threads)
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
@@ -236,21 +228,7 @@ def test_loader_pairs_repeats_and_resumes(tmp_path: Path, shape: tuple) -> None:
     aug = PairAugment(hflip=0.5, crop=(8, 8) if rgb else None, **options)
 
     def epoch(e: int, threads: int) -> bytes:
-        loader = make_loader(
-            path,
-            batch_size=16,
-            augment=aug,
-            num_threads=threads,
-            order="random",
-            seed=5,
-            device="cpu",
-        )
-        loader.set_epoch(e)
-        out = []
-        for x, y, _ in loader:
-            assert np.array_equal(x.numpy(), y.numpy())
-            out.append(x.numpy().tobytes())
-        return b"".join(out)
+        return loader_epoch(path, aug, e, threads)
 
     first = epoch(1, 2)
     assert first == epoch(1, 1)

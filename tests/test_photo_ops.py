@@ -16,6 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from drawn_ops import apply_in_layout
 from PIL import Image, ImageEnhance, ImageOps
 
 kornia = pytest.importorskip("kornia")
@@ -30,19 +31,7 @@ U8 = (0.0, 255.0, 1.0)  # the rows' tail: low, high, rounds
 F32 = (0.0, 1.0, 0.0)
 
 
-def run(fn, image: np.ndarray, head: tuple, tail: tuple, axes: str = "chw") -> np.ndarray:
-    """``fn`` on a copy of the CHW ``image`` seen as ``axes`` (chw, hwc or hw), back as CHW."""
-    if axes == "chw":
-        view = image.copy()[:, :, :, None]
-    elif axes == "hwc":
-        view = np.ascontiguousarray(image.transpose(1, 2, 0))[None]
-    else:
-        assert len(image) == 1, "2-d images: one plane"
-        view = image[0].copy()[None, :, :, None]
-    fn(view, np.array([*head, *tail], np.float64), 0)
-    if axes == "hwc":
-        return view[0].transpose(2, 0, 1)
-    return view[:, :, :, 0] if axes == "chw" else view[0, :, :, 0][None]
+run = apply_in_layout
 
 
 def kt(image: np.ndarray) -> torch.Tensor:

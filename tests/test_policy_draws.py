@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numba as nb
 import numpy as np
 import pytest
+from drawn_ops import loader_epoch, run_steps
 from test_distributions import chi2_p
 
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
-from ffcv_pairs.augment.photo_ops import apply_photo_steps, value_range
 from ffcv_pairs.augment.policies import OP_POLICY, PolicyChoices, index_map, policy_steps
 from ffcv_pairs.kernels import hashing
 from ffcv_pairs.kernels.hashing import OP_USER, PHOTO_OP_IDS, uniform_rows
@@ -121,16 +120,8 @@ def test_each_sample_runs_the_one_apply_of_its_op(channels: int) -> None:
 
 
 def run(aug: PairAugment, images: np.ndarray, ids: np.ndarray, tag: int, threads: int = 2):
-    out = images.copy()
     steps = policy_steps(aug, images.shape[1], images.dtype.name, "A", images.shape[2:])
-    before = nb.get_num_threads()
-    nb.set_num_threads(threads)
-    try:
-        view = out.reshape(*out.shape, 1)
-        apply_photo_steps(view, ids, CLOCK, steps, value_range(out.dtype.name, aug), tag)
-    finally:
-        nb.set_num_threads(before)
-    return out
+    return run_steps(steps, aug, images, ids, tag, CLOCK, threads)
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
@@ -159,16 +150,7 @@ def test_loader_pairs_repeats_and_threads(tmp_path: Path, shape: tuple) -> None:
     aug = PairAugment(hflip=0.5, crop=(8, 8), fill=3, policy="rand_augment", policy_num_ops=3)
 
     def epoch(e: int, threads: int) -> bytes:
-        loader = make_loader(
-            path, batch_size=16, augment=aug, num_threads=threads, order="random", seed=5,
-            device="cpu",
-        )  # fmt: skip
-        loader.set_epoch(e)
-        out = []
-        for x, y, _ in loader:
-            assert np.array_equal(x.numpy(), y.numpy())
-            out.append(x.numpy().tobytes())
-        return b"".join(out)
+        return loader_epoch(path, aug, e, threads)
 
     first = epoch(1, 2)
     assert first == epoch(1, 1)

@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pkg-config g++ libopencv-dev libturbojpeg0-dev
 TORCH := torch==2.13.0
 
-.PHONY: install test lint demo bench bench-quick bench-extras translators-check gpu-check gpu-bundle clean
+.PHONY: install test test-long lint demo bench bench-quick bench-extras translators-check gpu-check gpu-bundle clean
 
 install: $(STAMP)
 
@@ -49,13 +49,18 @@ lint: install
 # kernel cache, the install about a minute of it).
 # The tests marked slow start first (tests/conftest.py). Lint runs beside the tests; its
 # output follows theirs.
+# Tests marked long (the whole benchmark at its smoke sizes, about 2.5 minutes) are left out:
+# `make test-long` runs them.
 # tests/test_plain_pass.py runs the reference tests again with the plain-numba twins of the
 # LLVM intrinsics (FFCV_PAIRS_PLAIN_KERNELS=1), as one test of this run.
 test: install
 	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
-	  $(PY) -m pytest -n 3 --dist worksteal; tests=$$?; \
+	  $(PY) -m pytest -n 3 --dist worksteal -m "not long"; tests=$$?; \
 	  wait $$lint; lint=$$?; echo "--- lint"; cat $(VENV)/lint.log; \
 	  exit $$(( tests || lint ))
+
+test-long: install
+	$(PY) -m pytest -m long
 
 demo: install
 	$(PY) -m ffcv_pairs.demo --compare

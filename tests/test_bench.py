@@ -33,7 +33,7 @@ TABLE_HEADINGS = (
 )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_quick_bench_writes_every_row_and_table(tmp_path: Path) -> None:
     from bench.contest.contestants import CONTESTANTS
 

@@ -10,10 +10,10 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from ffcv_pairs import PairAugment, make_loader
+from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
 from ffcv_pairs.augment.photo_ops import apply_photo_steps, value_range
 
-__all__ = ["apply_in_layout", "loader_epoch", "run_steps"]
+__all__ = ["LAYOUTS", "apply_in_layout", "equal_pairs_file", "loader_epoch", "run_steps"]
 
 
 def apply_in_layout(fn, image: np.ndarray, head: tuple, tail: tuple, axes: str = "chw"):
@@ -52,6 +52,21 @@ def run_steps(
     finally:
         nb.set_num_threads(before)
     return out
+
+
+LAYOUTS = {"chw": "chw", "hwc": "hwc", "hw": "hw", "jpeg": "jpeg"}
+"""The stored kinds the loader tests run: raw CHW, HWC and 2-d, and JPEG (HWC, 3 channels)."""
+
+
+def equal_pairs_file(path: Path, layout: str, size: tuple[int, int] = (10, 12)) -> Path:
+    """40 pairs of random uint8 images whose A equals B, at ``size``, stored as ``layout`` (a
+    key of :data:`LAYOUTS`), written to ``path``."""
+    h, w = size
+    shape = {"chw": (3, h, w), "hwc": (h, w, 3), "hw": (h, w), "jpeg": (h, w, 3)}[layout]
+    a = np.random.default_rng(9).integers(0, 256, (40, *shape), dtype=np.uint8)
+    codec = "jpeg" if layout == "jpeg" else None
+    write_pairs(ArraySource(a, a.copy(), np.arange(40)), path, codec=codec, progress=False)
+    return path
 
 
 def loader_epoch(path: Path, aug: PairAugment, epoch: int, threads: int) -> bytes:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from drawn_ops import loader_epoch, run_steps
+from drawn_ops import LAYOUTS, equal_pairs_file, loader_epoch, run_steps
 from test_distributions import binomial_z, chi2_p, chi2_two_sample_p, ks_uniform_p
 
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
@@ -173,12 +173,9 @@ def test_random_erasing_is_normal_after_the_normalisation() -> None:
     assert len(z) == 8 * 16 * 16 and stats.kstest(z, "norm").pvalue > ALPHA
 
 
-@pytest.mark.parametrize("shape", [(3, 16, 14), (16, 14, 3), (16, 14)], ids=["chw", "hwc", "hw"])
-def test_loader_pairs_repeats_and_thread_counts(tmp_path: Path, shape: tuple) -> None:
-    rng = np.random.default_rng(9)
-    a = rng.integers(0, 256, (40, *shape), dtype=np.uint8)
-    path = tmp_path / "p.beton"
-    write_pairs(ArraySource(a, a.copy(), np.arange(40)), path, progress=False)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_loader_pairs_repeats_and_thread_counts(tmp_path: Path, layout: str) -> None:
+    path = equal_pairs_file(tmp_path / "p.beton", layout, (16, 14))
     aug = PairAugment(hflip=0.5, crop=(12, 12), **EVERY)
 
     def epoch(e: int, threads: int) -> bytes:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from drawn_ops import loader_epoch, run_steps
+from drawn_ops import LAYOUTS, equal_pairs_file, loader_epoch, run_steps
 from test_distributions import binomial_z, chi2_p
 
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
@@ -213,15 +213,12 @@ def test_a_pipeline_without_them_compiles_none_of_them(tmp_path: Path) -> None:
     assert out[-2:] == ["[] 0", "['invert', 'uniform_rows'] 1"]
 
 
-@pytest.mark.parametrize("shape", [(3, 10, 12), (10, 12, 3), (10, 12)], ids=["chw", "hwc", "hw"])
-def test_loader_pairs_repeats_and_resumes(tmp_path: Path, shape: tuple) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_loader_pairs_repeats_and_resumes(tmp_path: Path, layout: str) -> None:
     """Through make_loader: A equal to B gives equal outputs; a repeated epoch and another
     thread count give the same bytes; two epochs differ."""
-    rng = np.random.default_rng(9)
-    a = rng.integers(0, 256, (40, *shape), dtype=np.uint8)
-    path = tmp_path / "p.beton"
-    write_pairs(ArraySource(a, a.copy(), np.arange(40)), path, progress=False)
-    rgb = len(shape) == 3
+    path = equal_pairs_file(tmp_path / "p.beton", layout)
+    rgb = layout != "hw"
     options = {k: v for k, v in EVERY.items() if rgb or k not in ("saturation", "hue", "grayscale")}
     if not rgb:
         options["color_jitter"] = (0.4, 0.3, 0.0, 0.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from drawn_ops import loader_epoch, run_steps
+from drawn_ops import LAYOUTS, equal_pairs_file, loader_epoch, run_steps
 from test_distributions import chi2_p
 
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
@@ -141,12 +141,9 @@ def test_paired_outputs_byte_identical_across_fields_threads_and_batches(dtype, 
     assert not np.array_equal(run(apart, images, ids, 0), run(apart, images, ids, 1))
 
 
-@pytest.mark.parametrize("shape", [(3, 10, 12), (10, 12, 3), (10, 12)], ids=["chw", "hwc", "hw"])
-def test_loader_pairs_repeats_and_threads(tmp_path: Path, shape: tuple) -> None:
-    rng = np.random.default_rng(9)
-    a = rng.integers(0, 256, (40, *shape), dtype=np.uint8)
-    path = tmp_path / "p.beton"
-    write_pairs(ArraySource(a, a.copy(), np.arange(40)), path, progress=False)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_loader_pairs_repeats_and_threads(tmp_path: Path, layout: str) -> None:
+    path = equal_pairs_file(tmp_path / "p.beton", layout)
     aug = PairAugment(hflip=0.5, crop=(8, 8), fill=3, policy="rand_augment", policy_num_ops=3)
 
     def epoch(e: int, threads: int) -> bytes:

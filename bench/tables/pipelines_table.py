@@ -235,10 +235,15 @@ def write_report(res: dict[str, Any], out: Path, date: str) -> Path:
         lines.append(f"| {name} | {side} | {cells} | {ratio} |")
     lines += ["", "## The pipelines", ""]
     for name, pipe in PIPELINES.items():
+        ours = ", ".join(f"{k}={v!r}" for k, v in pipe["ours"].items())
+        code = {
+            k: str(pipe[k]).replace("{out}", "out") for k in ("albu", "albu_each", "tv", "tv_each")
+        }
+        albu = f"`{code['albu']}` then per image `{code['albu_each']}`" if pipe["albu"] else "—"
         lines += [
-            f"**{name}**: ours `PairAugment(**{pipe['ours']})`; Albumentations "
-            f"`{pipe['albu']}` then per image `{pipe['albu_each']}`; torchvision "
-            f"`{pipe['tv']}` then per image `{pipe['tv_each']}`; swap: {pipe['swap']}.",
+            f"**{name}** (out = the side): ours `PairAugment({ours})`".replace("'{out}'", "out")
+            + f"; Albumentations {albu}; torchvision `{code['tv']}` then per image "
+            f"`{code['tv_each']}`; swap: {pipe['swap']}.",
             "",
         ]
     lines.append((__doc__ or "").split("\n\n", 1)[1].split("Run:")[0].strip())

@@ -141,56 +141,79 @@ def _edge(
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _tap(x, sx, sy, inside, width, height, row, px, xs, ys, at, edge, e):  # pragma: no cover - JIT
-    """Store pixel ``x``'s point; where not all four of its taps are inside, list it in
-    ``edge`` at ``e`` (as ``-1 - x`` when it has no point) and return ``e + 1``. No branch
-    (unsigned compares, a store either way): the row's loop vectorises."""
+def _store(x, sx, sy, inside, width, height, row, px, xs, ys, at, ok):  # pragma: no cover - JIT
+    """Store pixel ``x``'s point and the offset of its top-left tap (``at``: 0 where not
+    all four taps are inside); ``ok[x]``: 3 where all four are, 2 for a point with a tap
+    outside, 0 for none. Returns 1 for a pixel not all inside, else 0. No branch, no store
+    that depends on an earlier pixel (unsigned compares): a row's loop vectorises."""
     u = np.uint64
     x0, y0 = sx >> _BITS, sy >> _BITS
     good = np.int64(inside) & np.int64(u(x0) < u(width - 1)) & np.int64(u(y0) < u(height - 1))
     xs[x], ys[x] = sx, sy
     at[x] = (y0 * row + x0 * px) * good
-    edge[e] = x if inside else -1 - x
-    return e + 1 - good
+    ok[x] = good + 2 * np.int64(inside)
+    return 1 - good
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, edge):  # pragma: no cover - JIT
+def _point(m, fx, fy, x, width, height, row, px, xs, ys, at, ok):  # pragma: no cover - JIT
+    """:func:`_source` of the point ``(fx, fy)`` without branches, stored by :func:`_store`."""
+    w = m[2, 0] * fx + m[2, 1] * fy + m[2, 2]
+    front = w > 0.0  # else behind the horizon (and no division by zero)
+    sx = (m[0, 0] * fx + m[0, 1] * fy + m[0, 2]) / (w if front else 1.0)
+    sy = (m[1, 0] * fx + m[1, 1] * fy + m[1, 2]) / (w if front else 1.0)
+    inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
+    gx = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
+    hy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
+    return _store(x, gx, hy, inside, width, height, row, px, xs, ys, at, ok)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, ok):  # pragma: no cover - JIT
     """Output row ``y``'s source points in fixed point (``xs``, ``ys``), the offset of each
-    one's top-left tap (``at``: 0 where not all four taps are inside), and the list of those
-    (:func:`_tap`). Returns the list's length."""
+    one's top-left tap and which have all four taps inside (:func:`_store`). Returns how many
+    have not. One branch-free loop per kind of row (affine, projective, displaced)."""
     near, bx, by = _row(m, disp, y, ow)
-    e = 0
-    if near:  # the common case, a loop of its own
+    bad = 0
+    if near:  # the common case: two multiply-adds a pixel
         m00, m10 = m[0, 0], m[1, 0]
         for x in range(ow):
             sx = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
             sy = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
-            e = _tap(x, sx, sy, True, width, height, row, px, xs, ys, at, edge, e)
-        return e
-    moved, fy = disp.shape[0] > 0, float(y)  # :func:`_source`, without branches
+            bad += _store(x, sx, sy, True, width, height, row, px, xs, ys, at, ok)
+    elif disp.shape[0] > 0:  # flat, unsigned reads of the row's displacements
+        flat, u, first = disp.reshape(-1), np.uint64, (i * disp.shape[1] + y) * ow * 2
+        for x in range(ow):
+            dx, dy = flat[u(first + 2 * x)], flat[u(first + 2 * x + 1)]
+            bad += _point(m, x + dx, y + dy, x, width, height, row, px, xs, ys, at, ok)
+    else:
+        for x in range(ow):
+            bad += _point(m, float(x), float(y), x, width, height, row, px, xs, ys, at, ok)
+    return bad
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _listed(ok, ow, edge):  # pragma: no cover - JIT
+    """The pixels of a row not all inside (``ok`` of :func:`_store`) in ``edge``: ``x``, or
+    ``-1 - x`` for one with no point. Returns how many."""
+    e = 0
     for x in range(ow):
-        fx, gy = float(x), fy
-        if moved:
-            fx += disp[i, y, x, 0]
-            gy += disp[i, y, x, 1]
-        w = m[2, 0] * fx + m[2, 1] * gy + m[2, 2]
-        front = w > 0.0  # else behind the horizon (and no division by zero)
-        sx = (m[0, 0] * fx + m[0, 1] * gy + m[0, 2]) / (w if front else 1.0)
-        sy = (m[1, 0] * fx + m[1, 1] * gy + m[1, 2]) / (w if front else 1.0)
-        inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
-        gx = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
-        hy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
-        e = _tap(x, gx, hy, inside, width, height, row, px, xs, ys, at, edge, e)
+        if ok[x] != 3:
+            edge[e] = x if ok[x] == 2 else -1 - x
+            e += 1
     return e
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _blend8(s, i00, i01, i10, i11, ax, ay):  # pragma: no cover - JIT
-    """The exact uint8 blend of ``s`` at four indices (weights from ``ax``, ``ay``)."""
-    top = (_ONE - ax) * np.int64(s[i00]) + ax * np.int64(s[i01])
-    low = (_ONE - ax) * np.int64(s[i10]) + ax * np.int64(s[i11])
-    return ((_ONE - ay) * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
+def _blend8(s, t, row, ax, ay):  # pragma: no cover - JIT
+    """The exact uint8 blend of ``s`` at ``t``, ``t + 1``, ``t + row``, ``t + row + 1``
+    (weights from ``ax``, ``ay``): ``(1 - a) p + a q`` as ``p + a (q - p)``, the same
+    integers with half the multiplies."""
+    u = np.uint64
+    v00, v10 = np.int64(s[t]), np.int64(s[t + u(row)])
+    top = (v00 << _BITS) + ax * (np.int64(s[t + u(1)]) - v00)
+    low = (v10 << _BITS) + ax * (np.int64(s[t + u(row + 1)]) - v10)
+    return ((top << _BITS) + ay * (low - top) + _HALF_BLEND) >> (2 * _BITS)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -206,7 +229,7 @@ def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JI
                 for k in (k0, k0 + 1, k0 + 2):
                     if k < st.planes:
                         t, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x
-                        d[u(q)] = _blend8(s, u(t), u(t + 1), u(t + row), u(t + row + 1), ax, ay)
+                        d[u(q)] = _blend8(s, u(t), row, ax, ay)
         return
     for x in range(ow):
         ax, ay = xs[x] & mask, ys[x] & mask
@@ -229,7 +252,7 @@ def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JI
 def _edge_row(
     s, d, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
 ):  # pragma: no cover - JIT
-    """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`_tap`)."""
+    """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`_listed`)."""
     for j in range(e):
         x = edge[j] if edge[j] >= 0 else -1 - edge[j]
         out = (y * ow + x) * st.pixel
@@ -258,13 +281,14 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
         )
         return
     xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
-    edge = np.empty(ow, np.int64)
+    ok, edge = np.empty(ow, np.int64), np.empty(ow, np.int64)
     blend = height > 1 and width > 1  # else no pixel has all four taps inside
     for y in range(oh):
-        edges = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, edge)
+        bad = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
         if blend:
             _blend_row(s, d, y * ow * pixel, st, xs, ys, at, ow, rounding)
-        if edges:
+        if bad:
+            edges = _listed(ok, ow, edge)
             _edge_row(s, d, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
 
 

@@ -39,7 +39,7 @@ def gaussian_taps(sigma):  # pragma: no cover - JIT
     return taps / taps.sum()
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
+@nb.njit(cache=True, nogil=True)
 def _smooth(field, taps, line, acc, out):  # pragma: no cover - JIT
     """``field`` (``(h, w)``) convolved with ``taps`` along rows, then columns (reflect),
     into ``out``; ``line`` (``w + len(taps)``) and ``acc`` (``w``) are scratch.

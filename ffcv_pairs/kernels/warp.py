@@ -39,6 +39,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
+from .bytemoves import fill_bytes
 from .geometry import PAD_CONSTANT, border
 from .warp_copy import copy_whole_pixels, whole_pixels
 from .warp_lanes import GATHER_LANES, blend8_gather
@@ -206,40 +207,24 @@ def _listed(ok, ow, edge):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _blend8(s, t, row, ax, ay):  # pragma: no cover - JIT
-    """The exact uint8 blend of ``s`` at ``t``, ``t + 1``, ``t + row``, ``t + row + 1``
-    (weights from ``ax``, ``ay``): ``(1 - a) p + a q`` as ``p + a (q - p)``, the same
-    integers with half the multiplies."""
-    u = np.uint64
-    v00, v10 = np.int64(s[t]), np.int64(s[t + u(row)])
-    top = (v00 << _BITS) + ax * (np.int64(s[t + u(1)]) - v00)
-    low = (v10 << _BITS) + ax * (np.int64(s[t + u(row + 1)]) - v10)
-    return ((top << _BITS) + ay * (low - top) + _HALF_BLEND) >> (2 * _BITS)
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _blend_row(s, d, s8, d8, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JIT
-    """Every pixel of an output row (from ``q0``) blended from its four taps at ``at``: right
-    where all four are inside (:func:`_taps`), to be overwritten elsewhere. uint8 planes
-    (``s8``, ``d8``: the same bytes as ``s``, ``d``) go eight pixels a step
-    (:func:`~.warp_lanes.blend8_gather`, the last step overlapping the one before); else
-    indices are cast to unsigned (all are >= 0): numba then skips its negative-index wrap."""
+def _blend_row(s, d, s8, d8, q0, st, xs, ys, at, lo, hi, ow, rounding):  # pragma: no cover - JIT
+    """The pixels ``lo:hi`` of an output row (from ``q0``; those outside have a tap outside)
+    blended from their four taps at ``at``: right where all four are inside (:func:`_taps`),
+    to be overwritten elsewhere. uint8 planes (``s8``, ``d8``: the same bytes as ``s``,
+    ``d``) go eight pixels a step (:func:`~.warp_lanes.blend8_gather`, the last step
+    overlapping the one before); else indices are cast to unsigned (all are >= 0): numba
+    then skips its negative-index wrap."""
     row, px, mask, u = st.row_in, st.pixel, _ONE - 1, np.uint64
     if rounding and px == 1 and ow >= GATHER_LANES:
-        last = ow - GATHER_LANES
+        start = min(lo, ow - GATHER_LANES)
+        stop = max(hi, start + GATHER_LANES)
         for k in range(st.planes):
             t0, q = k * st.plane_in, k * st.plane_out + q0
-            for x in range(0, ow, GATHER_LANES):
-                x = min(x, last)
+            for x in range(start, stop, GATHER_LANES):
+                x = min(x, stop - GATHER_LANES)
                 blend8_gather(s8, d8, t0, q + x, row, xs, ys, at, x)
         return
-    if rounding and px == 1:  # a row narrower than eight pixels
-        for k in range(st.planes):
-            for x in range(ow):
-                t, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x
-                d[u(q)] = _blend8(s, u(t), row, xs[x] & mask, ys[x] & mask)
-        return
-    for x in range(ow):
+    for x in range(lo, hi):
         ax, ay = xs[x] & mask, ys[x] & mask
         wx, wy = _ONE - ax, _ONE - ay
         for k in range(st.planes):
@@ -257,22 +242,45 @@ def _blend_row(s, d, s8, d8, q0, st, xs, ys, at, ow, rounding):  # pragma: no co
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def _lost(xs, ys, x, mode, height, width):  # pragma: no cover - JIT
+    """Whether all four taps of pixel ``x``'s point are the fill (constant padding)."""
+    x0, y0 = xs[x] >> _BITS, ys[x] >> _BITS
+    return mode == PAD_CONSTANT and (x0 < -1 or x0 >= width or y0 < -1 or y0 >= height)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def _edge_row(
-    s, d, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
+    s, d, d8, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
 ):  # pragma: no cover - JIT
-    """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`_listed`)."""
-    for j in range(e):
+    """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`_listed`). Under uint8
+    planes a run of pixels whose taps are all the fill is one byte fill a plane (their blend
+    is the fill's integer part, whatever the weights)."""
+    level, runs, j = np.uint8(_mix(fill, fill, fill, fill, 0, 0, True)), st.pixel == 1, 0
+    runs = runs and rounding
+    while j < e:
         x = edge[j] if edge[j] >= 0 else -1 - edge[j]
+        if runs and edge[j] >= 0 and _lost(xs, ys, x, mode, height, width):
+            end = j + 1
+            while (
+                end < e
+                and edge[end] == x + end - j
+                and _lost(xs, ys, x + end - j, mode, height, width)
+            ):
+                end += 1
+            for k in range(st.planes):
+                fill_bytes(d8, k * st.plane_out + y * ow + x, level, end - j)
+            j = end
+            continue
         out = (y * ow + x) * st.pixel
         x0, y0, ax, ay = xs[x] >> _BITS, ys[x] >> _BITS, xs[x] & (_ONE - 1), ys[x] & (_ONE - 1)
-        lost = mode == PAD_CONSTANT and (x0 < -1 or x0 >= width or y0 < -1 or y0 >= height)
-        if edge[j] < 0 or lost:  # no point, or all four taps are the fill
+        if edge[j] < 0 or _lost(xs, ys, x, mode, height, width):  # no point, or all fill
             v = fill if edge[j] < 0 else _mix(fill, fill, fill, fill, ax, ay, rounding)
             for k in range(st.planes):
                 for c in range(st.pixel):
                     d[k * st.plane_out + out + c] = v
         else:
             _edge(s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding)
+        j += 1
 
 
 @nb.njit(cache=True, nogil=True)
@@ -294,11 +302,16 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     blend = height > 1 and width > 1  # else no pixel has all four taps inside
     for y in range(oh):
         bad = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
-        if blend:
-            _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, ow, rounding)
+        lo, hi = 0, ow  # the blend's span: from the first pixel all inside to the last
+        while bad and lo < ow and ok[lo] != 3:
+            lo += 1
+        while bad and hi > lo and ok[hi - 1] != 3:
+            hi -= 1
+        if blend and hi > lo:
+            _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, lo, hi, ow, rounding)
         if bad:
             edges = _listed(ok, ow, edge)
-            _edge_row(s, d, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
+            _edge_row(s, d, d8, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

@@ -40,35 +40,29 @@ def gaussian_taps(sigma):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _smooth(field, taps, line, acc, out):  # pragma: no cover - JIT
+def _smooth(field, taps, line, out):  # pragma: no cover - JIT
     """``field`` (``(h, w)``) convolved with ``taps`` along rows, then columns (reflect),
-    into ``out``; ``line`` (``w + len(taps)``) and ``acc`` (``w``) are scratch.
-    Every value is the sum ``0 + taps[0] * v[0] + taps[1] * v[1] + ...`` in that order:
-    the loops run tap by tap over a whole row (they vectorise), each value's sum the same."""
+    into ``out``; ``line`` (``w + len(taps)``) is scratch. Every value is the sum ``0 +
+    taps[0] * v[0] + taps[1] * v[1] + ...`` in that order: the loops run tap by tap over a
+    whole row (they vectorise), each value's sum the same."""
     h, w = field.shape
     size = len(taps)
     r = size // 2
-    rows = np.empty_like(field)
+    rows = np.zeros_like(field)
     for y in range(h):
         for j in range(w + size - 1):  # the row, padded by reflection
             line[j] = field[y, border(j - r, w, PAD_REFLECT)]
-        for x in range(w):
-            acc[x] = 0.0
         for k in range(size):
             t = taps[k]
             for x in range(w):
-                acc[x] += t * line[x + k]
-        for x in range(w):
-            rows[y, x] = acc[x]
+                rows[y, x] += t * line[x + k]
     for y in range(h):
         for x in range(w):
-            acc[x] = 0.0
+            out[y, x] = 0.0
         for k in range(size):
             t, src = taps[k], border(y + k - r, h, PAD_REFLECT)
             for x in range(w):
-                acc[x] += t * rows[src, x]
-        for x in range(w):
-            out[y, x] = acc[x]
+                out[y, x] += t * rows[src, x]
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
@@ -82,13 +76,13 @@ def elastic_field(ids, clock, op, key_tag, p, sigma, gains, out):  # pragma: no 
             out[i] = 0.0
             continue
         noise, smooth = np.empty((oh, ow)), np.empty((oh, ow))
-        line, acc = np.empty(ow + len(taps)), np.empty(ow)
+        line = np.empty(ow + len(taps))
         for c in range(2):
             for y in range(oh):
                 first = 1 + (c * oh + y) * ow
                 for x in range(ow):
                     noise[y, x] = 2.0 * uniform(key, first + x) - 1.0
-            _smooth(noise, taps, line, acc, smooth)
+            _smooth(noise, taps, line, smooth)
             for y in range(oh):
                 for x in range(ow):
                     out[i, y, x, c] = smooth[y, x] * gains[c]

@@ -170,11 +170,14 @@ def _point(m, fx, fy, x, width, height, row, px, xs, ys, at, ok):  # pragma: no 
     return _store(x, gx, hy, inside, width, height, row, px, xs, ys, at, ok)
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, ok):  # pragma: no cover - JIT
+@nb.njit(cache=True, nogil=True)
+def _taps(
+    m, disp, shifts, i, y, ow, width, height, row, px, xs, ys, at, ok
+):  # pragma: no cover - JIT
     """Output row ``y``'s source points in fixed point (``xs``, ``ys``), the offset of each
     one's top-left tap and which have all four taps inside (:func:`_store`). Returns how many
-    have not. One branch-free loop per kind of row (affine, projective, displaced)."""
+    have not. One branch-free loop per kind of row: affine, or any other (``shifts``: ``disp``
+    flat, or ``2 * ow`` zeros where it is empty: ``x + 0.0`` is ``x``)."""
     near, bx, by = _row(m, disp, y, ow)
     bad = 0
     if near:  # the common case: two multiply-adds a pixel
@@ -183,14 +186,11 @@ def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, ok):  # pragma:
             sx = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
             sy = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
             bad += _store(x, sx, sy, True, width, height, row, px, xs, ys, at, ok)
-    elif disp.shape[0] > 0:  # flat, unsigned reads of the row's displacements
-        flat, u, first = disp.reshape(-1), np.uint64, (i * disp.shape[1] + y) * ow * 2
+    else:  # flat, unsigned reads of the row's displacements
+        u, first = np.uint64, (i * disp.shape[1] + y) * ow * 2 if disp.shape[0] > 0 else 0
         for x in range(ow):
-            dx, dy = flat[u(first + 2 * x)], flat[u(first + 2 * x + 1)]
+            dx, dy = shifts[u(first + 2 * x)], shifts[u(first + 2 * x + 1)]
             bad += _point(m, x + dx, y + dy, x, width, height, row, px, xs, ys, at, ok)
-    else:
-        for x in range(ow):
-            bad += _point(m, float(x), float(y), x, width, height, row, px, xs, ys, at, ok)
     return bad
 
 
@@ -224,7 +224,7 @@ def _blend_row(s, d, s8, d8, q0, st, xs, ys, at, lo, hi, ow, rounding):  # pragm
                 x = min(x, stop - GATHER_LANES)
                 blend8_gather(s8, d8, t0, q + x, row, xs, ys, at, x)
         return
-    for x in range(lo, hi):
+    for x in range(lo, hi):  # interleaved pixels, float32, rows under eight pixels
         ax, ay = xs[x] & mask, ys[x] & mask
         wx, wy = _ONE - ax, _ONE - ay
         for k in range(st.planes):
@@ -299,9 +299,10 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
     ok, edge = np.empty(ow, np.int64), np.empty(ow, np.int64)
     s8, d8 = s.view(np.uint8), d.view(np.uint8)  # the uint8 blend's (float32: unused)
+    shifts = disp.reshape(-1) if disp.shape[0] > 0 else np.zeros(2 * ow)
     blend = height > 1 and width > 1  # else no pixel has all four taps inside
     for y in range(oh):
-        bad = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
+        bad = _taps(m, disp, shifts, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
         lo, hi = 0, ow  # the blend's span: from the first pixel all inside to the last
         while bad and lo < ow and ok[lo] != 3:
             lo += 1

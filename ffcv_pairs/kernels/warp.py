@@ -19,9 +19,12 @@ the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + 
 blend is then exact, in integers.
 
 **Paths** (each gives the bytes the definition gives: ``tests/test_warp_paths.py``). A row at
-a time: its source points first (two multiply-adds a pixel for an affine row), then one
-branch-free blend of every pixel as if its four taps were inside, then the pixels whose taps
-are not (few: the fill directly where all four are outside under constant padding). A uint8
+a time: its source points first, in one branch-free loop that vectorises (two multiply-adds a
+pixel for an affine row, else a division), with a flag per pixel: all four taps inside or not;
+then one blend of the span from the row's first such pixel to its last, as if every pixel's
+four taps were inside (uint8 planes eight pixels a step,
+:func:`~ffcv_pairs.kernels.warp_lanes.blend8_gather`); then the pixels whose taps are not
+(few; a run of them whose taps are all the constant fill is one byte fill a plane). A uint8
 sample whose matrix moves whole pixels (flips, quarter turns, transpose, d4, whole shifts,
 ``pad_if_needed``, crops: affine, six whole entries) is copied: its blend weights are 1 and 0.
 

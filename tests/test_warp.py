@@ -298,7 +298,7 @@ def test_elastic_field_sums_each_value_in_tap_order() -> None:
     elastic_field(
         np.array([4], np.int64), np.array([2, 7], np.int64), 57, 0, 1.0, sigma, gains, out
     )
-    key, taps = sample_key(2, 7, 4, 57, 0), gaussian_taps(sigma)
+    key, taps = np.uint64(sample_key(2, 7, 4, 57, 0)), gaussian_taps(sigma)
     r = len(taps) // 2
     for c in range(2):
         noise = [

@@ -15,7 +15,7 @@ import sys
 SCRIPT = r"""
 import ctypes, faulthandler, mmap, sys
 import numba as nb, numpy as np
-from ffcv_pairs.kernels import bytemoves as bm, bytesums as bs, lanes as ln
+from ffcv_pairs.kernels import bytemoves as bm, bytesums as bs, lanes as ln, warp_lanes as wl
 
 faulthandler.enable()
 PAGE = mmap.PAGESIZE
@@ -96,6 +96,23 @@ def blend_args():
     return rows, out, starts, offsets, np.full(cols, 0.5, np.float32)
 
 
+def gathers(blend8_gather):
+    @nb.njit
+    def run(src, dst, xs, ys, at):
+        # taps of the first 2x2 block of the page, then of its last (rows of 64 bytes)
+        blend8_gather(src, dst, 0, 0, 64, xs, ys, at, 0)
+        blend8_gather(src, dst, 0, dst.shape[0] - wl.GATHER_LANES, 64, xs, ys, at, 8)
+    return run
+
+
+def gather_args():
+    src, dst = fenced(), fenced()
+    at = np.zeros(16, np.int64)
+    at[8:] = src.shape[0] - 64 - 2  # the last block's top-left tap
+    weights = np.arange(16, dtype=np.int64) * 65_537
+    return src, dst, weights, weights[::-1].copy(), at
+
+
 STEPS = {}
 for kind in ("intrinsic", "plain"):
     k = lambda mod, name: getattr(mod, f"{name}_{kind}")
@@ -109,6 +126,7 @@ for kind in ("intrinsic", "plain"):
         (fenced(), fenced(np.float32), fenced()),
     )
     STEPS[f"{kind} blend8"] = (blends(k(ln, "blend8")), blend_args())
+    STEPS[f"{kind} blend8_gather"] = (gathers(k(wl, "blend8_gather")), gather_args())
 STEPS["scalar-load blend8"] = (blends(ln.make_blend8(False)), blend_args())
 
 for name, (run, args) in STEPS.items():

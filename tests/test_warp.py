@@ -283,3 +283,36 @@ def test_thread_counts_give_the_same_bytes(image: np.ndarray) -> None:
     serial = np.empty_like(src)  # the twin that serves while the parallel kernel compiles
     warp_bilinear_serial(src, serial, m, np.zeros((0, H, W, 2)), PAD_REFLECT, 0.0, True)
     np.testing.assert_array_equal(serial, outs[0])
+
+
+def test_elastic_field_sums_each_value_in_tap_order() -> None:
+    """The field bit for bit: the noise smoothed along rows, then columns, each value summed
+    as ``0 + taps[0] * v[0] + taps[1] * v[1] + ...`` in tap order (reflect at the edges), in
+    Python floats: the kernel's vectorised loops keep every value's sum."""
+    from ffcv_pairs.kernels.geometry import PAD_REFLECT, border
+    from ffcv_pairs.kernels.hashing import sample_key, uniform
+
+    oh, ow, sigma = 9, 23, 1.5
+    gains = np.array([1.25, -0.75])
+    out = np.empty((1, oh, ow, 2))
+    elastic_field(
+        np.array([4], np.int64), np.array([2, 7], np.int64), 57, 0, 1.0, sigma, gains, out
+    )
+    key, taps = np.uint64(sample_key(2, 7, 4, 57, 0)), gaussian_taps(sigma)
+    r = len(taps) // 2
+    for c in range(2):
+        noise = [
+            [2.0 * uniform(key, 1 + (c * oh + y) * ow + x) - 1.0 for x in range(ow)]
+            for y in range(oh)
+        ]
+        rows = [[0.0] * ow for _ in range(oh)]
+        for y in range(oh):
+            for x in range(ow):
+                for k, t in enumerate(taps):
+                    rows[y][x] += t * noise[y][border(x + k - r, ow, PAD_REFLECT)]
+        for y in range(oh):
+            for x in range(ow):
+                acc = 0.0
+                for k, t in enumerate(taps):
+                    acc += t * rows[border(y + k - r, oh, PAD_REFLECT)][x]
+                assert out[0, y, x, c] == acc * gains[c], (c, y, x)

@@ -13,7 +13,7 @@ from test_distributions import binomial_z, chi2_p, uniform_counts
 
 from ffcv_pairs import PairAugment
 from ffcv_pairs.augment.warp_draws import warp_matrices
-from ffcv_pairs.augment.warp_ops import displacements
+from ffcv_pairs.augment.warp_ops import _LAST_FIELD, displacements
 from ffcv_pairs.kernels import hashing
 from ffcv_pairs.kernels.hashing import PHOTO_OP_IDS, WARP_OP_IDS
 
@@ -197,6 +197,32 @@ def test_elastic_noise_uniform_times_torchvisions_gains() -> None:
     assert abs(binomial_z(int(on.sum()), 400, 0.5)) < 5
     assert uniform_p(d[on, ..., 0].ravel() / (8.0 * 20 / 20), -1, 1) > ALPHA
     assert uniform_p(d[on, ..., 1].ravel() / (8.0 * 10 / 40), -1, 1) > ALPHA
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_a_batch_field_is_made_once_for_a_and_b_when_paired(paired: bool) -> None:
+    """A and B of one batch share one elastic field under ``geometry_paired`` (the kept
+    array, read only), and the kept field is never served for other inputs: another tag
+    unpaired, other ids, another epoch, other options each get their own, each the field
+    made afresh."""
+    aug = PairAugment(elastic=(20.0, 2.0), geometry_paired=paired)
+    ids, size = IDS[:6], (12, 14)
+    a = displacements(aug, ids, CLOCK, 0, size)
+    b = displacements(aug, ids, CLOCK, 1, size)
+    assert (a is b) == paired
+    assert np.array_equal(a, b) == paired
+    others = [
+        (aug, IDS[1:7], CLOCK),
+        (aug, ids, CLOCK + np.array([0, 1])),
+        (PairAugment(elastic=(21.0, 2.0), geometry_paired=paired), ids, CLOCK),
+    ]
+    for other, o_ids, o_clock in others:
+        kept = displacements(aug, ids, CLOCK, 0, size)  # A's field is the one kept
+        np.testing.assert_array_equal(kept, a)
+        got = displacements(other, o_ids, o_clock, 0, size)
+        assert got is not kept and not np.array_equal(got, a)
+        _LAST_FIELD.clear()
+        np.testing.assert_array_equal(got, displacements(other, o_ids, o_clock, 0, size))
 
 
 @pytest.mark.parametrize("paired", [True, False])

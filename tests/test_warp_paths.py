@@ -69,9 +69,10 @@ def random_matrices(rng, n, kind, h, w):
 @pytest.mark.parametrize("kind", ["affine", "perspective", "displaced"])
 @pytest.mark.parametrize("layout", [(3, 1), (1, 3), (1, 1)])
 @pytest.mark.parametrize("mode", MODES)
-def test_rows_are_the_definition(kind, layout, mode) -> None:
-    rng = np.random.default_rng([len(kind), *layout, mode])
-    n, (h, w), size = 3, (9, 12), (11, 13)
+@pytest.mark.parametrize("size", [(11, 13), (3, 5), (4, 26)])  # rows of 8 + 5, < 8, 3 x 8 + 2
+def test_rows_are_the_definition(kind, layout, mode, size) -> None:
+    rng = np.random.default_rng([len(kind), *layout, mode, *size])
+    n, (h, w) = 3, (9, 12)
     planes, px = layout
     src = rng.integers(0, 256, (n, planes, h, w, px)).astype(np.uint8)
     m = random_matrices(rng, n, kind, h, w)

@@ -40,25 +40,29 @@ def gaussian_taps(sigma):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _smooth(field, taps):  # pragma: no cover - JIT
-    """``field`` (``(h, w)``) convolved with ``taps`` along rows, then columns (reflect)."""
+def _smooth(field, taps, line, out):  # pragma: no cover - JIT
+    """``field`` (``(h, w)``) convolved with ``taps`` along rows, then columns (reflect),
+    into ``out``; ``line`` (``w + len(taps)``) is scratch. Every value is the sum ``0 +
+    taps[0] * v[0] + taps[1] * v[1] + ...`` in that order: the loops run tap by tap over a
+    whole row (they vectorise), each value's sum the same."""
     h, w = field.shape
-    r = len(taps) // 2
-    rows = np.empty_like(field)
+    size = len(taps)
+    r = size // 2
+    rows = np.zeros_like(field)
+    for y in range(h):
+        for j in range(w + size - 1):  # the row, padded by reflection
+            line[j] = field[y, border(j - r, w, PAD_REFLECT)]
+        for k in range(size):
+            t = taps[k]
+            for x in range(w):
+                rows[y, x] += t * line[x + k]
     for y in range(h):
         for x in range(w):
-            acc = 0.0
-            for k in range(len(taps)):
-                acc += taps[k] * field[y, border(x + k - r, w, PAD_REFLECT)]
-            rows[y, x] = acc
-    out = np.empty_like(field)
-    for y in range(h):
-        for x in range(w):
-            acc = 0.0
-            for k in range(len(taps)):
-                acc += taps[k] * rows[border(y + k - r, h, PAD_REFLECT), x]
-            out[y, x] = acc
-    return out
+            out[y, x] = 0.0
+        for k in range(size):
+            t, src = taps[k], border(y + k - r, h, PAD_REFLECT)
+            for x in range(w):
+                out[y, x] += t * rows[src, x]
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
@@ -71,12 +75,14 @@ def elastic_field(ids, clock, op, key_tag, p, sigma, gains, out):  # pragma: no 
         if not uniform(key, 0) < p:
             out[i] = 0.0
             continue
+        noise, smooth = np.empty((oh, ow)), np.empty((oh, ow))
+        line = np.empty(ow + len(taps))
         for c in range(2):
-            noise = np.empty((oh, ow))
             for y in range(oh):
+                first = 1 + (c * oh + y) * ow
                 for x in range(ow):
-                    noise[y, x] = 2.0 * uniform(key, 1 + (c * oh + y) * ow + x) - 1.0
-            smooth = _smooth(noise, taps)
+                    noise[y, x] = 2.0 * uniform(key, first + x) - 1.0
+            _smooth(noise, taps, line, smooth)
             for y in range(oh):
                 for x in range(ow):
                     out[i, y, x, c] = smooth[y, x] * gains[c]

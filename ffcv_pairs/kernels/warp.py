@@ -19,9 +19,12 @@ the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + 
 blend is then exact, in integers.
 
 **Paths** (each gives the bytes the definition gives: ``tests/test_warp_paths.py``). A row at
-a time: its source points first (two multiply-adds a pixel for an affine row), then one
-branch-free blend of every pixel as if its four taps were inside, then the pixels whose taps
-are not (few: the fill directly where all four are outside under constant padding). A uint8
+a time: its source points first, in one branch-free loop that vectorises (two multiply-adds a
+pixel for an affine row, else a division), with a flag per pixel: all four taps inside or not;
+then one blend of the span from the row's first such pixel to its last, as if every pixel's
+four taps were inside (uint8 planes eight pixels a step,
+:func:`~ffcv_pairs.kernels.warp_lanes.blend8_gather`); then the pixels whose taps are not
+(few; a run of them whose taps are all the constant fill is one byte fill a plane). A uint8
 sample whose matrix moves whole pixels (flips, quarter turns, transpose, d4, whole shifts,
 ``pad_if_needed``, crops: affine, six whole entries) is copied: its blend weights are 1 and 0.
 
@@ -39,8 +42,10 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
+from .bytemoves import fill_bytes
 from .geometry import PAD_CONSTANT, border
 from .warp_copy import copy_whole_pixels, whole_pixels
+from .warp_lanes import GATHER_LANES, blend8_gather
 
 __all__ = [
     "Strides",
@@ -141,74 +146,88 @@ def _edge(
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _tap(x, sx, sy, inside, width, height, row, px, xs, ys, at, edge, e):  # pragma: no cover - JIT
-    """Store pixel ``x``'s point; where not all four of its taps are inside, list it in
-    ``edge`` at ``e`` (as ``-1 - x`` when it has no point) and return ``e + 1``. No branch
-    (unsigned compares, a store either way): the row's loop vectorises."""
+def _store(x, sx, sy, inside, width, height, row, px, xs, ys, at, ok):  # pragma: no cover - JIT
+    """Store pixel ``x``'s point and the offset of its top-left tap (``at``: 0 where not
+    all four taps are inside); ``ok[x]``: 3 where all four are, 2 for a point with a tap
+    outside, 0 for none. Returns 1 for a pixel not all inside, else 0. No branch, no store
+    that depends on an earlier pixel (unsigned compares): a row's loop vectorises."""
     u = np.uint64
     x0, y0 = sx >> _BITS, sy >> _BITS
     good = np.int64(inside) & np.int64(u(x0) < u(width - 1)) & np.int64(u(y0) < u(height - 1))
     xs[x], ys[x] = sx, sy
     at[x] = (y0 * row + x0 * px) * good
-    edge[e] = x if inside else -1 - x
-    return e + 1 - good
+    ok[x] = good + 2 * np.int64(inside)
+    return 1 - good
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _taps(m, disp, i, y, ow, width, height, row, px, xs, ys, at, edge):  # pragma: no cover - JIT
+def _point(m, fx, fy, x, width, height, row, px, xs, ys, at, ok):  # pragma: no cover - JIT
+    """:func:`_source` of the point ``(fx, fy)`` without branches, stored by :func:`_store`."""
+    w = m[2, 0] * fx + m[2, 1] * fy + m[2, 2]
+    front = w > 0.0  # else behind the horizon (and no division by zero)
+    sx = (m[0, 0] * fx + m[0, 1] * fy + m[0, 2]) / (w if front else 1.0)
+    sy = (m[1, 0] * fx + m[1, 1] * fy + m[1, 2]) / (w if front else 1.0)
+    inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
+    gx = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
+    hy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
+    return _store(x, gx, hy, inside, width, height, row, px, xs, ys, at, ok)
+
+
+@nb.njit(cache=True, nogil=True)
+def _taps(
+    m, disp, shifts, i, y, ow, width, height, row, px, xs, ys, at, ok
+):  # pragma: no cover - JIT
     """Output row ``y``'s source points in fixed point (``xs``, ``ys``), the offset of each
-    one's top-left tap (``at``: 0 where not all four taps are inside), and the list of those
-    (:func:`_tap`). Returns the list's length."""
+    one's top-left tap and which have all four taps inside (:func:`_store`). Returns how many
+    have not. One branch-free loop per kind of row: affine, or any other (``shifts``: ``disp``
+    flat, or ``2 * ow`` zeros where it is empty: ``x + 0.0`` is ``x``)."""
     near, bx, by = _row(m, disp, y, ow)
-    e = 0
-    if near:  # the common case, a loop of its own
+    bad = 0
+    if near:  # the common case: two multiply-adds a pixel
         m00, m10 = m[0, 0], m[1, 0]
         for x in range(ow):
             sx = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
             sy = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
-            e = _tap(x, sx, sy, True, width, height, row, px, xs, ys, at, edge, e)
-        return e
-    moved, fy = disp.shape[0] > 0, float(y)  # :func:`_source`, without branches
+            bad += _store(x, sx, sy, True, width, height, row, px, xs, ys, at, ok)
+    else:  # flat, unsigned reads of the row's displacements
+        u, first = np.uint64, (i * disp.shape[1] + y) * ow * 2 if disp.shape[0] > 0 else 0
+        for x in range(ow):
+            dx, dy = shifts[u(first + 2 * x)], shifts[u(first + 2 * x + 1)]
+            bad += _point(m, x + dx, y + dy, x, width, height, row, px, xs, ys, at, ok)
+    return bad
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _listed(ok, ow, edge):  # pragma: no cover - JIT
+    """The pixels of a row not all inside (``ok`` of :func:`_store`) in ``edge``: ``x``, or
+    ``-1 - x`` for one with no point. Returns how many."""
+    e = 0
     for x in range(ow):
-        fx, gy = float(x), fy
-        if moved:
-            fx += disp[i, y, x, 0]
-            gy += disp[i, y, x, 1]
-        w = m[2, 0] * fx + m[2, 1] * gy + m[2, 2]
-        front = w > 0.0  # else behind the horizon (and no division by zero)
-        sx = (m[0, 0] * fx + m[0, 1] * gy + m[0, 2]) / (w if front else 1.0)
-        sy = (m[1, 0] * fx + m[1, 1] * gy + m[1, 2]) / (w if front else 1.0)
-        inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
-        gx = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
-        hy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))
-        e = _tap(x, gx, hy, inside, width, height, row, px, xs, ys, at, edge, e)
+        if ok[x] != 3:
+            edge[e] = x if ok[x] == 2 else -1 - x
+            e += 1
     return e
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _blend8(s, i00, i01, i10, i11, ax, ay):  # pragma: no cover - JIT
-    """The exact uint8 blend of ``s`` at four indices (weights from ``ax``, ``ay``)."""
-    top = (_ONE - ax) * np.int64(s[i00]) + ax * np.int64(s[i01])
-    low = (_ONE - ax) * np.int64(s[i10]) + ax * np.int64(s[i11])
-    return ((_ONE - ay) * top + ay * low + _HALF_BLEND) >> (2 * _BITS)
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JIT
-    """Every pixel of an output row (from ``q0``) blended from its four taps at ``at``: right
-    where all four are inside (:func:`_taps`), to be overwritten elsewhere. Indices are cast
-    to unsigned (all are >= 0): numba then skips its negative-index wrap, twice as fast."""
+def _blend_row(s, d, s8, d8, q0, st, xs, ys, at, lo, hi, ow, rounding):  # pragma: no cover - JIT
+    """The pixels ``lo:hi`` of an output row (from ``q0``; those outside have a tap outside)
+    blended from their four taps at ``at``: right where all four are inside (:func:`_taps`),
+    to be overwritten elsewhere. uint8 planes (``s8``, ``d8``: the same bytes as ``s``,
+    ``d``) go eight pixels a step (:func:`~.warp_lanes.blend8_gather`, the last step
+    overlapping the one before); else indices are cast to unsigned (all are >= 0): numba
+    then skips its negative-index wrap."""
     row, px, mask, u = st.row_in, st.pixel, _ONE - 1, np.uint64
-    if rounding and px == 1:  # uint8 planes (CHW, 2-d): the loop the compiler does best
-        for k0 in range(0, st.planes, 3):  # three planes a pass (RGB: one), unrolled
-            for x in range(ow):
-                ax, ay = xs[x] & mask, ys[x] & mask
-                for k in (k0, k0 + 1, k0 + 2):
-                    if k < st.planes:
-                        t, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x
-                        d[u(q)] = _blend8(s, u(t), u(t + 1), u(t + row), u(t + row + 1), ax, ay)
+    if rounding and px == 1 and ow >= GATHER_LANES:
+        start = min(lo, ow - GATHER_LANES)
+        stop = max(hi, start + GATHER_LANES)
+        for k in range(st.planes):
+            t0, q = k * st.plane_in, k * st.plane_out + q0
+            for x in range(start, stop, GATHER_LANES):
+                x = min(x, stop - GATHER_LANES)
+                blend8_gather(s8, d8, t0, q + x, row, xs, ys, at, x)
         return
-    for x in range(ow):
+    for x in range(lo, hi):  # interleaved pixels, float32, rows under eight pixels
         ax, ay = xs[x] & mask, ys[x] & mask
         wx, wy = _ONE - ax, _ONE - ay
         for k in range(st.planes):
@@ -226,22 +245,45 @@ def _blend_row(s, d, q0, st, xs, ys, at, ow, rounding):  # pragma: no cover - JI
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def _lost(xs, ys, x, mode, height, width):  # pragma: no cover - JIT
+    """Whether all four taps of pixel ``x``'s point are the fill (constant padding)."""
+    x0, y0 = xs[x] >> _BITS, ys[x] >> _BITS
+    return mode == PAD_CONSTANT and (x0 < -1 or x0 >= width or y0 < -1 or y0 >= height)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def _edge_row(
-    s, d, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
+    s, d, d8, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
 ):  # pragma: no cover - JIT
-    """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`_tap`)."""
-    for j in range(e):
+    """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`_listed`). Under uint8
+    planes a run of pixels whose taps are all the fill is one byte fill a plane (their blend
+    is the fill's integer part, whatever the weights)."""
+    level, runs, j = np.uint8(_mix(fill, fill, fill, fill, 0, 0, True)), st.pixel == 1, 0
+    runs = runs and rounding
+    while j < e:
         x = edge[j] if edge[j] >= 0 else -1 - edge[j]
+        if runs and edge[j] >= 0 and _lost(xs, ys, x, mode, height, width):
+            end = j + 1
+            while (
+                end < e
+                and edge[end] == x + end - j
+                and _lost(xs, ys, x + end - j, mode, height, width)
+            ):
+                end += 1
+            for k in range(st.planes):
+                fill_bytes(d8, k * st.plane_out + y * ow + x, level, end - j)
+            j = end
+            continue
         out = (y * ow + x) * st.pixel
         x0, y0, ax, ay = xs[x] >> _BITS, ys[x] >> _BITS, xs[x] & (_ONE - 1), ys[x] & (_ONE - 1)
-        lost = mode == PAD_CONSTANT and (x0 < -1 or x0 >= width or y0 < -1 or y0 >= height)
-        if edge[j] < 0 or lost:  # no point, or all four taps are the fill
+        if edge[j] < 0 or _lost(xs, ys, x, mode, height, width):  # no point, or all fill
             v = fill if edge[j] < 0 else _mix(fill, fill, fill, fill, ax, ay, rounding)
             for k in range(st.planes):
                 for c in range(st.pixel):
                     d[k * st.plane_out + out + c] = v
         else:
             _edge(s, d, x0, y0, out, st, height, width, mode, fill, ax, ay, rounding)
+        j += 1
 
 
 @nb.njit(cache=True, nogil=True)
@@ -258,14 +300,22 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
         )
         return
     xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
-    edge = np.empty(ow, np.int64)
+    ok, edge = np.empty(ow, np.int64), np.empty(ow, np.int64)
+    s8, d8 = s.view(np.uint8), d.view(np.uint8)  # the uint8 blend's (float32: unused)
+    shifts = disp.reshape(-1) if disp.shape[0] > 0 else np.zeros(2 * ow)
     blend = height > 1 and width > 1  # else no pixel has all four taps inside
     for y in range(oh):
-        edges = _taps(m, disp, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, edge)
-        if blend:
-            _blend_row(s, d, y * ow * pixel, st, xs, ys, at, ow, rounding)
-        if edges:
-            _edge_row(s, d, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
+        bad = _taps(m, disp, shifts, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
+        lo, hi = 0, ow  # the blend's span: from the first pixel all inside to the last
+        while bad and lo < ow and ok[lo] != 3:
+            lo += 1
+        while bad and hi > lo and ok[hi - 1] != 3:
+            hi -= 1
+        if blend and hi > lo:
+            _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, lo, hi, ow, rounding)
+        if bad:
+            edges = _listed(ok, ow, edge)
+            _edge_row(s, d, d8, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

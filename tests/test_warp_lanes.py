@@ -1,0 +1,83 @@
+"""The warp's eight-pixel uint8 blend (kernels/warp_lanes.py): the intrinsic and its plain
+twin byte for byte, and both the blend of the definition (kernels/warp's docstring, as
+weights ``(1 - a)(1 - b)`` and so on), on random taps with the extremes (0 and 255, weights
+0 and just below 1), taps at the very end of the source and the narrowest rows (2 bytes)."""
+
+from __future__ import annotations
+
+import functools
+
+import numba as nb
+import numpy as np
+import pytest
+
+from ffcv_pairs.kernels import warp_lanes
+
+ONE = 1 << 20
+
+
+@functools.cache
+def _runner(kind: str):
+    kernel = getattr(warp_lanes, f"blend8_gather_{kind}")
+
+    @nb.njit
+    def run(s, d, t0, row, xs, ys, at):  # pragma: no cover - JIT
+        for x in range(0, len(at), 8):
+            kernel(s, d, t0, x, row, xs, ys, at, x)
+
+    return run
+
+
+def _case(seed: int, height: int, width: int, n: int):
+    """A source of ``height`` rows of ``width`` bytes and ``n`` points (a multiple of 8)
+    whose four taps are inside, the last eight at the source's last 2x2 block."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 256, height * width, dtype=np.uint8)
+    s[: height * width // 2] = rng.choice(np.array([0, 1, 254, 255], np.uint8), height * width // 2)
+    x0, y0 = rng.integers(0, width - 1, n), rng.integers(0, height - 1, n)
+    x0[-8:], y0[-8:] = width - 2, height - 2
+    ax, ay = rng.integers(0, ONE, n), rng.integers(0, ONE, n)
+    ax[:16] = rng.choice(np.array([0, 1, ONE // 2, ONE - 1]), 16)
+    ay[8:24] = rng.choice(np.array([0, 1, ONE // 2, ONE - 1]), 16)
+    xs, ys = (x0 << 20) + ax, (y0 << 20) + ay
+    return s, xs.astype(np.int64), ys.astype(np.int64), (y0 * width + x0).astype(np.int64)
+
+
+def _definition(s, row, xs, ys, at):
+    out = np.empty(len(at), np.uint8)
+    for j, t in enumerate(at):
+        ax, ay = int(xs[j]) & (ONE - 1), int(ys[j]) & (ONE - 1)
+        v = [int(s[t]), int(s[t + 1]), int(s[t + row]), int(s[t + row + 1])]
+        top, low = (ONE - ax) * v[0] + ax * v[1], (ONE - ax) * v[2] + ax * v[3]
+        out[j] = ((ONE - ay) * top + ay * low + (1 << 39)) >> 40
+    return out
+
+
+@pytest.mark.parametrize(("height", "width"), [(2, 2), (9, 3), (31, 40), (5, 224)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_blend8_gather_kinds_are_the_definition(height: int, width: int, seed: int) -> None:
+    s, xs, ys, at = _case(seed, height, width, 160)
+    want = _definition(s, width, xs, ys, at)
+    for kind in ("intrinsic", "plain"):
+        got = np.zeros(len(at), np.uint8)
+        _runner(kind)(s, got, 0, width, xs, ys, at)
+        np.testing.assert_array_equal(got, want, err_msg=kind)
+
+
+def test_blend8_gather_reads_from_its_plane() -> None:
+    """``t0`` moves every tap: the second plane of two is read, the first never."""
+    s, xs, ys, at = _case(3, 6, 7, 64)
+    two = np.concatenate([np.zeros_like(s), s])
+    for kind in ("intrinsic", "plain"):
+        got = np.zeros(len(at), np.uint8)
+        _runner(kind)(two, got, len(s), 7, xs, ys, at)
+        np.testing.assert_array_equal(got, _definition(s, 7, xs, ys, at), err_msg=kind)
+
+
+def test_blend8_gather_refuses_other_dtypes() -> None:
+    @nb.njit
+    def call(s, d, xs):  # pragma: no cover - JIT
+        warp_lanes.blend8_gather_intrinsic(s, d, 0, 0, 2, xs, xs, xs, 0)
+
+    with pytest.raises((TypeError, nb.core.errors.TypingError), match="blends uint8 into uint8"):
+        call(np.zeros(8, np.float32), np.zeros(8, np.float32), np.zeros(8, np.int64))

@@ -220,35 +220,28 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
 def grayscale(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, low, high, rounds)``: every channel of a 3-channel image becomes
     ``0.2989 R + 0.587 G + 0.114 B`` (torchvision's ``rgb_to_grayscale``, 3 outputs), in
-    float32, rounded half up for uint8."""
+    float32, clamped, rounded half up for uint8 (+ 1/2, cut toward zero by the store)."""
     if params[0] == 0.0:
         return
-    low, high, rounds = np.float32(params[-3]), np.float32(params[-2]), params[-1] != 0.0
+    low, high = np.float32(params[-3]), np.float32(params[-2])
+    half = np.float32(0.5 if params[-1] != 0.0 else 0.0)
     planes, height, width, pixel = image.shape
     flat, n = image.reshape(planes, height * width * pixel), height * width
     wr, wg, wb = np.float32(_R), np.float32(_G), np.float32(_B)
-    half = np.float32(0.5 if rounds else 0.0)
-    row = np.empty(n, np.float32)
     if pixel == 1:
         r, g, b = flat[0], flat[1], flat[2]
         for j in range(n):
             v = wr * np.float32(r[j]) + wg * np.float32(g[j]) + wb * np.float32(b[j])
-            if rounds:
-                v = np.floor(v + half)
-            row[j] = min(max(v, low), high)
-        for c in range(3):
-            dst = flat[c]
-            for j in range(n):
-                dst[j] = row[j]
+            r[j] = min(max(v, low), high) + half
+            g[j] = r[j]
+            b[j] = r[j]
         return
     px = flat[0]
     for j in range(n):
         v = wr * np.float32(px[3 * j]) + wg * np.float32(px[3 * j + 1])
-        v = v + wb * np.float32(px[3 * j + 2])
-        if rounds:
-            v = np.floor(v + half)
-        v = min(max(v, low), high)
-        px[3 * j], px[3 * j + 1], px[3 * j + 2] = v, v, v
+        px[3 * j] = min(max(v + wb * np.float32(px[3 * j + 2]), low), high) + half
+        px[3 * j + 1] = px[3 * j]
+        px[3 * j + 2] = px[3 * j]
 
 
 @nb.njit(cache=True, nogil=True)

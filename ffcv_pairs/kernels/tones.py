@@ -59,9 +59,13 @@ def _map_bytes(flat, kind, param):  # pragma: no cover - JIT
             flat[j] = 255 - flat[j]
     elif kind == SOLARIZE:
         at = np.int64(min(max(math.ceil(param), 0.0), 256.0))  # x >= param, x an integer
+        if at > 255:
+            return
+        # uint8 arithmetic throughout: LLVM then works on 32 or 64 values at once (int64: 1)
+        at8, top = np.uint8(at), np.uint8(255)
         for j in range(flat.size):
-            x = np.int64(flat[j])
-            flat[j] = 255 - x if x >= at else x
+            x = flat[j]
+            flat[j] = top - x if x >= at8 else x
     else:
         keep = np.int64(256 - (1 << (8 - int(param))))
         for j in range(flat.size):

@@ -16,6 +16,35 @@ __all__ = ["sharpness"]
 
 
 @nb.njit(cache=True, nogil=True)
+def _channel(rows, p, q, plane):  # pragma: no cover - JIT
+    """``plane``: channel ``(p, q)`` of ``rows`` (``(planes, height, width * pixel)``), float32."""
+    pixel = rows.shape[2] // plane.shape[1]
+    for y in range(plane.shape[0]):
+        src, dst = rows[p, y], plane[y]
+        if pixel == 1:  # a loop of its own: LLVM vectorises unit strides only
+            for x in range(len(dst)):
+                dst[x] = np.float32(src[x])
+        else:
+            for x in range(len(dst)):
+                dst[x] = np.float32(src[x * pixel + q])
+
+
+@nb.njit(cache=True, nogil=True)
+def _row(plane, y, out, f, low, high, rounds):  # pragma: no cover - JIT
+    """``out[x]``: interior pixel ``x + 1`` of row ``y`` of ``plane``, sharpened, clamped
+    (uint8: + 1/2, cut toward zero by the store)."""
+    up, mid, dn = plane[y - 1], plane[y], plane[y + 1]
+    ff, rest = np.float32(f), np.float32(1.0 - f)
+    half, five, thirteen = np.float32(0.5 if rounds else 0.0), np.float32(5.0), np.float32(13.0)
+    for x in range(len(out)):
+        s = (up[x] + up[x + 1]) + (up[x + 2] + mid[x]) + (five * mid[x + 1] + mid[x + 2])
+        d = (s + ((dn[x] + dn[x + 1]) + dn[x + 2])) / thirteen
+        if rounds:  # the same for every x: LLVM moves it out of the loop
+            d = np.floor(d + half)
+        out[x] = min(max(ff * mid[x + 1] + rest * d, low), high) + half
+
+
+@nb.njit(cache=True, nogil=True)
 def sharpness(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, factor, low, high, rounds)``. See the module docstring.
 
@@ -23,36 +52,21 @@ def sharpness(image, params, tag):  # pragma: no cover - JIT
     within ``1 / 26`` of a half, so ``d`` is exactly as in float64; ``f * x + (1 - f) * d``
     and a float image's values are float32 (torchvision's arithmetic on float tensors). Each
     channel is copied to a float32 plane, then each interior row is one loop over ``x`` that
-    LLVM vectorises, stored clamped (uint8: + 1/2, cut toward zero by the store)."""
+    LLVM vectorises."""
     if params[0] == 0.0:
         return
     planes, height, width, pixel = image.shape
     if height <= 2 or width <= 2:
         return
-    f, rest = np.float32(params[1]), np.float32(1.0 - params[1])
     low, high, rounds = np.float32(params[-3]), np.float32(params[-2]), params[-1] != 0.0
-    half, five, thirteen = np.float32(0.5 if rounds else 0.0), np.float32(5.0), np.float32(13.0)
     rows = image.reshape(planes, height, width * pixel)
     plane = np.empty((height, width), np.float32)
     out = np.empty(width - 2, np.float32)
     for c in range(planes * pixel):
         p, q = c // pixel, c % pixel
-        for y in range(height):
-            src, dst = rows[p, y], plane[y]
-            if pixel == 1:  # a loop of its own: LLVM vectorises unit strides only
-                for x in range(width):
-                    dst[x] = np.float32(src[x])
-            else:
-                for x in range(width):
-                    dst[x] = np.float32(src[x * pixel + q])
+        _channel(rows, p, q, plane)
         for y in range(1, height - 1):
-            up, mid, dn = plane[y - 1], plane[y], plane[y + 1]
-            for x in range(width - 2):
-                s = (up[x] + up[x + 1]) + (up[x + 2] + mid[x]) + (five * mid[x + 1] + mid[x + 2])
-                d = (s + ((dn[x] + dn[x + 1]) + dn[x + 2])) / thirteen
-                if rounds:  # the same for every x: LLVM moves it out of the loop
-                    d = np.floor(d + half)
-                out[x] = min(max(f * mid[x + 1] + rest * d, low), high) + half
+            _row(plane, y, out, params[1], low, high, rounds)
             dst = rows[p, y]
             if pixel == 1:
                 for x in range(width - 2):

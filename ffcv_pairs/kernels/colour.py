@@ -98,9 +98,13 @@ def _gray_mean(sums, n):  # pragma: no cover - JIT
     """The contrast mean from :func:`_add_sums` over ``n`` pixels: of the grayscale for 3
     channels, else of all values."""
     channels = sums.shape[0]
-    if channels == 3:
-        return (_R * sums[0].sum() + _G * sums[1].sum() + _B * sums[2].sum()) / n
-    return sums.sum() / (n * channels)
+    total = 0.0
+    for c in range(channels):
+        part = 0.0
+        for k in range(_LANES):
+            part += sums[c, k]
+        total += (_R, _G, _B)[c] * part if channels == 3 else part
+    return total / n if channels == 3 else total / (n * channels)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -128,7 +132,7 @@ def _saturate(work, a, b, factor):  # pragma: no cover - JIT
         bl[j] = min(max(f * bl[j] + gray, zero), one)
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
+@nb.njit(cache=True, nogil=True)
 def _sector(n, h, v, spread):  # pragma: no cover - JIT
     """Channel ``n`` (R 5, G 3, B 1) of hue ``h`` (sixths of a turn), largest value ``v``."""
     k = n + h
@@ -164,10 +168,8 @@ def _parts(work, a, b, params, first, last, mean):  # pragma: no cover - JIT
         if params[8 + part] == 0.0:
             continue
         factor = params[4 + part]
-        if part == 0:
-            _scale(work, a, b, factor, 0.0)
-        elif part == 1:
-            _scale(work, a, b, factor, mean)
+        if part <= 1:  # brightness: contrast about 0
+            _scale(work, a, b, factor, mean if part == 1 else 0.0)
         elif part == 2:
             _saturate(work, a, b, factor)
         else:
@@ -194,26 +196,24 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     for k in range(4):
         if int(params[k]) == 1 and params[9] != 0.0:
             split = k
-    if split == 4:
-        work = np.empty((channels, _BLOCK), np.float32)
+    whole = split < 4  # a work array of the whole image, and two passes
+    work = np.empty((channels, n if whole else _BLOCK), np.float32)
+    sums = np.zeros((channels, _LANES), np.float64)
+    mean = 0.0
+    # one call site a helper (each inlined once: compile time), in one or two passes
+    for phase in range(2 if whole else 1):
+        first, last = (split, 4) if phase == 1 else (0, split)
         for j0 in range(0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
-            _load(image, j0, j1, work, 0, low, high)
-            _parts(work, 0, j1 - j0, params, 0, 4, 0.0)
-            _store(work, 0, image, j0, j1, low, high, rounds)
-        return
-    work = np.empty((channels, n), np.float32)
-    sums = np.zeros((channels, _LANES), np.float64)
-    for j0 in range(0, n, _BLOCK):
-        j1 = min(n, j0 + _BLOCK)
-        _load(image, j0, j1, work, j0, low, high)
-        _parts(work, j0, j1, params, 0, split, 0.0)
-        _add_sums(work, j0, j1, sums)
-    mean = _gray_mean(sums, n)
-    for j0 in range(0, n, _BLOCK):
-        j1 = min(n, j0 + _BLOCK)
-        _parts(work, j0, j1, params, split, 4, mean)
-        _store(work, j0, image, j0, j1, low, high, rounds)
+            w0 = j0 if whole else 0
+            if phase == 0:
+                _load(image, j0, j1, work, w0, low, high)
+            _parts(work, w0, w0 + j1 - j0, params, first, last, mean)
+            if whole and phase == 0:
+                _add_sums(work, w0, w0 + j1 - j0, sums)
+            else:
+                _store(work, w0, image, j0, j1, low, high, rounds)
+        mean = _gray_mean(sums, n)
 
 
 @nb.njit(cache=True, nogil=True)

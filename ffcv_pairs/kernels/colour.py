@@ -133,20 +133,12 @@ def _saturate(work, a, b, factor):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _sector(n, h, v, spread):  # pragma: no cover - JIT
-    """Channel ``n`` (R 5, G 3, B 1) of hue ``h`` (sixths of a turn), largest value ``v``."""
-    k = n + h
-    k = k - np.float32(6.0) * np.floor(k * np.float32(1.0 / 6.0))
-    w = min(max(min(k, np.float32(4.0) - k), np.float32(0.0)), np.float32(1.0))
-    return v - spread * w
-
-
-@nb.njit(cache=True, nogil=True)
 def _hue(work, a, b, shift):  # pragma: no cover - JIT
     """Hue: each pixel's HSV hue plus ``shift`` turns, branch-free (see the module)."""
     r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
     turn = np.float32(6.0 * shift)
-    zero, one = np.float32(0.0), np.float32(1.0)
+    zero, one, four = np.float32(0.0), np.float32(1.0), np.float32(4.0)
+    six, sixth = np.float32(6.0), np.float32(1.0 / 6.0)
     for j in range(len(r)):
         x, y, z = r[j], g[j], bl[j]
         v, low = max(x, max(y, z)), min(x, min(y, z))
@@ -155,9 +147,16 @@ def _hue(work, a, b, shift):  # pragma: no cover - JIT
         num = y - z if v == x else (z - x if v == y else x - y)
         base = zero if v == x else (np.float32(2.0) if v == y else np.float32(4.0))
         h = base + num / (spread if spread > zero else one) + turn
-        r[j] = _sector(np.float32(5.0), h, v, spread)
-        g[j] = _sector(np.float32(3.0), h, v, spread)
-        bl[j] = _sector(np.float32(1.0), h, v, spread)
+        # channel n (R 5, G 3, B 1): v - spread * clamp(min(k, 4 - k), 0, 1), k = (n + h) mod 6
+        k = h + np.float32(5.0)
+        k = k - six * np.floor(k * sixth)
+        r[j] = v - spread * min(max(min(k, four - k), zero), one)
+        k = h + np.float32(3.0)
+        k = k - six * np.floor(k * sixth)
+        g[j] = v - spread * min(max(min(k, four - k), zero), one)
+        k = h + one
+        k = k - six * np.floor(k * sixth)
+        bl[j] = v - spread * min(max(min(k, four - k), zero), one)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -11,6 +11,7 @@ for kornia's grayscale weights (0.299 where torchvision has 0.2989: 1e-4 of a va
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -27,6 +28,10 @@ RNG = np.random.default_rng(45)
 RGB8 = RNG.integers(0, 256, (3, 19, 23), dtype=np.uint8)  # CHW
 RGB8[:, :4, :4] = 77  # grey pixels: no hue
 RGBF = RNG.random((3, 19, 23)).astype(np.float32)
+BIG8 = RNG.integers(0, 256, (3, 41, 37), dtype=np.uint8)  # 1517 pixels: the jitter's blocks
+#: Every (R, G, B) of 6 levels: ties of the largest and of the smallest, black, white, grey.
+TIES = np.array(list(itertools.product((0, 1, 77, 128, 254, 255), repeat=3)), np.uint8)
+TIES = np.ascontiguousarray(TIES.T.reshape(3, 12, 18))
 U8 = (0.0, 255.0, 1.0)  # the rows' tail: low, high, rounds
 F32 = (0.0, 1.0, 0.0)
 
@@ -74,6 +79,44 @@ def test_hue_is_kornias_adjust_hue(image: np.ndarray, h: float) -> None:
     ours = run(colour.color_jitter, image, jitter((0, 1, 2, 3), (1, 1, 1, h), (0, 0, 0, 1)), tail)
     ref = kornia.enhance.adjust_hue(kt(image), h * 2 * math.pi)  # kornia's hue is in radians
     close(ours, kn(ref, image.dtype), None if image.dtype == np.uint8 else 1e-4)
+
+
+@pytest.mark.parametrize("h", [-0.5, -0.3, 0.1, 0.5])
+def test_hue_on_ties_and_extremes_is_kornias(h: float) -> None:
+    """Pixels whose largest (or smallest) value two or three channels share, black, white
+    and greys, shifted both ways by up to half a turn: the branch-free hue's closed form, its
+    wrap modulo 6 sixths and its greys (no hue) are torchvision's."""
+    for axes in ("chw", "hwc"):
+        ours = run(
+            colour.color_jitter, TIES, jitter((0, 1, 2, 3), (1, 1, 1, h), (0, 0, 0, 1)), U8, axes
+        )
+        close(ours, kn(kornia.enhance.adjust_hue(kt(TIES), h * 2 * math.pi), np.uint8))
+
+
+def kornia_jitter(image: np.ndarray, order: tuple, factors: tuple, on: tuple) -> torch.Tensor:
+    """kornia's torchvision-style parts that are ``on``, composed in ``order``."""
+    b, c, s, h = factors
+    parts = [
+        lambda x: kornia.enhance.adjust_brightness_accumulative(x, b),
+        lambda x: kornia.enhance.adjust_contrast_with_mean_subtraction(x, c),
+        lambda x: kornia.enhance.adjust_saturation_with_gray_subtraction(x, s),
+        lambda x: kornia.enhance.adjust_hue(x, h * 2 * math.pi),
+    ]
+    ref = kt(image)
+    for k in order:
+        ref = parts[k](ref) if on[k] else ref
+    return ref
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 2, 1, 0), (2, 3, 0, 1)])
+@pytest.mark.parametrize("on", [(1, 1, 1, 1), (1, 0, 1, 1), (0, 1, 0, 0)])
+def test_color_jitter_over_several_blocks_is_kornias(order: tuple, on: tuple) -> None:
+    """An image of more pixels than one block of the kernel (and a part block): the contrast's
+    mean is of the whole image, as the parts before it leave it, in either layout."""
+    factors = (0.7, 1.6, 0.4, 0.2)
+    ref = kn(kornia_jitter(BIG8, order, factors, on), np.uint8)
+    for axes in ("chw", "hwc"):
+        close(run(colour.color_jitter, BIG8, jitter(order, factors, on), U8, axes), ref)
 
 
 @pytest.mark.parametrize("image", [RGB8, RGBF], ids=["uint8", "float32"])

@@ -50,9 +50,11 @@ def _along_rows(plane, rows, w, pixel):  # pragma: no cover - JIT
     width, size = row // pixel, len(w)
     r = size // 2
     padded = np.empty((width + 2 * r) * pixel, np.float32)
+    inner = padded[r * pixel : r * pixel + row]
     for y in range(height):
-        for j in range(row):
-            padded[r * pixel + j] = plane[y, j]
+        src = plane[y]
+        for j in range(row):  # from 0: numba's wraparound check of an offset index stops LLVM
+            inner[j] = src[j]
         for x in range(-r, 0):  # the mirrored borders
             for q in range(pixel):
                 padded[(x + r) * pixel + q] = plane[y, mirror(x, width) * pixel + q]
@@ -76,8 +78,9 @@ def _along_columns(rows, plane, w, low, high, rounds):  # pragma: no cover - JIT
     size = len(w)
     r = size // 2
     acc = np.empty(row, np.float32)
+    half = np.float32(0.5)
     for y in range(height):
-        centre = rows[y]
+        centre, out = rows[y], plane[y]
         for j in range(row):
             acc[j] = w[r] * centre[j]
         for k in range(r):
@@ -85,11 +88,12 @@ def _along_columns(rows, plane, w, low, high, rounds):  # pragma: no cover - JIT
             wk = w[k]
             for j in range(row):
                 acc[j] += wk * (near[j] + far[j])
-        for j in range(row):
-            v = acc[j]
-            if rounds:
-                v = np.float32(math.floor(v + np.float32(0.5)))
-            plane[y, j] = min(max(v, low), high)
+        if rounds:  # np.floor stays a float32 vector op (math.floor: an int64 a value)
+            for j in range(row):
+                out[j] = min(max(np.floor(acc[j] + half), low), high)
+        else:
+            for j in range(row):
+                out[j] = min(max(acc[j], low), high)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -12,16 +12,21 @@ Definitions, on ``t`` (clamped to ``[0, 1]`` after each step, one rounding at th
 * saturation ``s``: ``s * t + (1 - s) * gray`` per pixel;
 * hue ``h``: the pixel's HSV hue plus ``h``, modulo 1 (torchvision's ``_rgb2hsv`` and
   ``_hsv2rgb``).
+
+The jitter and grayscale compute in float32 (as torchvision does on float tensors), each part
+one loop over a channel's values with no branch, which LLVM vectorises: the image is taken to
+a float32 work array once, each part passes over it (it stays in the core's cache), and the
+result is stored once. Hue uses the closed form of HSV to RGB: with ``H`` the hue in sixths
+of a turn, ``v`` the largest and ``c`` the spread (largest - smallest) of R, G, B, channel
+``n`` (R: 5, G: 3, B: 1) is ``v - c * clamp(min(k, 4 - k), 0, 1)``, ``k = (n + H) mod 6`` (the
+same function as torchvision's six cases; ``v * s = c``), so the saturation and the case
+index are never formed.
 """
 
 from __future__ import annotations
 
-import math
-
 import numba as nb
 import numpy as np
-
-from .tones import finish
 
 __all__ = ["JITTER_PARTS", "channel_shuffle", "color_jitter", "grayscale"]
 
@@ -30,74 +35,144 @@ JITTER_PARTS = ("brightness", "contrast", "saturation", "hue")
 _R, _G, _B = 0.2989, 0.587, 0.114
 
 
-@nb.njit(cache=True, nogil=True)
-def _hue_shift(r, g, b, shift):  # pragma: no cover - JIT
-    """``(r, g, b)`` in ``[0, 1]`` with its hue moved by ``shift`` (torchvision's formulas)."""
-    maxc, minc = max(r, g, b), min(r, g, b)
-    cr = maxc - minc
-    if cr == 0.0:
-        return r, g, b  # no hue: torchvision's h = 0 with s = 0 gives the grey back
-    s = cr / maxc
-    rc, gc, bc = (maxc - r) / cr, (maxc - g) / cr, (maxc - b) / cr
-    if maxc == r:
-        h = bc - gc
-    elif maxc == g:
-        h = 2.0 + rc - bc
-    else:
-        h = 4.0 + gc - rc
-    h = h / 6.0 + 1.0 + shift  # torchvision: fmod(h / 6 + 1, 1), then (+ shift) % 1
-    h = h - math.floor(h)
-    v = maxc
-    i = math.floor(h * 6.0)
-    f = h * 6.0 - i
-    p = min(max(v * (1.0 - s), 0.0), 1.0)
-    q = min(max(v * (1.0 - s * f), 0.0), 1.0)
-    t = min(max(v * (1.0 - s * (1.0 - f)), 0.0), 1.0)
-    k = int(i) % 6
-    if k == 0:
-        return v, t, p
-    if k == 1:
-        return q, v, p
-    if k == 2:
-        return p, v, t
-    if k == 3:
-        return p, q, v
-    if k == 4:
-        return t, p, v
-    return v, p, q
+_BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1
+_LANES = 64  # partial sums of the contrast mean
 
 
 @nb.njit(cache=True, nogil=True)
-def _mean(work):  # pragma: no cover - JIT
-    """The contrast mean of ``work`` (``(channels, pixels)``): of the grayscale for 3
+def _load(image, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
+    """``work[c, w0 + i]``: pixel ``j0 + i`` (up to ``j1``) of channel ``c`` of ``image`` as
+    ``t = (x - low) / (high - low)``, float32."""
+    planes, height, width, pixel = image.shape
+    flat = image.reshape(planes, height * width * pixel)
+    base, scale = np.float32(low), np.float32(1.0 / (high - low))
+    for c in range(planes * pixel):
+        # slices, and loops from 0: numba checks a signed index for wraparound, and LLVM
+        # drops the check (and vectorises) only where it sees the index is not negative
+        dst, q = work[c][w0 : w0 + j1 - j0], c % pixel
+        if pixel == 1:
+            src = flat[c][j0:j1]
+            for i in range(len(dst)):
+                dst[i] = (np.float32(src[i]) - base) * scale
+        else:
+            src = flat[0][j0 * pixel : j1 * pixel]
+            for i in range(len(dst)):
+                dst[i] = (np.float32(src[i * pixel + q]) - base) * scale
+
+
+@nb.njit(cache=True, nogil=True)
+def _store(work, w0, image, j0, j1, low, high, rounds):  # pragma: no cover - JIT
+    """Pixels ``j0..j1`` of ``image``'s channels from ``work[:, w0:]``: ``low + span * t``,
+    rounded half up when ``rounds``, clamped to ``[low, high]``."""
+    planes, height, width, pixel = image.shape
+    flat = image.reshape(planes, height * width * pixel)
+    base, span = np.float32(low), np.float32(high - low)
+    # uint8: clamped, then + 1/2 and cut toward zero by the store (floor(v + 1/2), as v >= 0)
+    top, half = np.float32(high), np.float32(0.5 if rounds else 0.0)
+    for c in range(planes * pixel):
+        src, q = work[c][w0 : w0 + j1 - j0], c % pixel
+        dst = flat[c // pixel][j0 * pixel : j1 * pixel]
+        if pixel == 1:
+            for i in range(len(src)):
+                dst[i] = min(max(base + span * src[i], base), top) + half
+        else:
+            for i in range(len(src)):
+                dst[i * pixel + q] = min(max(base + span * src[i], base), top) + half
+
+
+@nb.njit(cache=True, nogil=True)
+def _add_sums(work, a, b, sums):  # pragma: no cover - JIT
+    """``sums[c, k]`` (float64, ``_LANES`` a channel) += the values ``j`` of ``work[c, a:b]``
+    with ``j - a`` = ``k`` modulo ``_LANES``: partial sums in an order fixed by the code (the
+    same on every run) that LLVM vectorises, where one running sum would wait on each add."""
+    for c in range(work.shape[0]):
+        acc = sums[c]
+        for j in range(a, b, _LANES):
+            seg = work[c][j : min(j + _LANES, b)]
+            for k in range(len(seg)):
+                acc[k] += seg[k]
+
+
+@nb.njit(cache=True, nogil=True)
+def _gray_mean(sums, n):  # pragma: no cover - JIT
+    """The contrast mean from :func:`_add_sums` over ``n`` pixels: of the grayscale for 3
     channels, else of all values."""
-    if work.shape[0] == 3:
-        return (_R * work[0].sum() + _G * work[1].sum() + _B * work[2].sum()) / work.shape[1]
-    return work.sum() / work.size
+    channels = sums.shape[0]
+    total = 0.0
+    for c in range(channels):
+        part = 0.0
+        for k in range(_LANES):
+            part += sums[c, k]
+        total += (_R, _G, _B)[c] * part if channels == 3 else part
+    return total / n if channels == 3 else total / (n * channels)
 
 
 @nb.njit(cache=True, nogil=True)
-def _jitter_part(work, part, factor):  # pragma: no cover - JIT
-    """One part of the jitter (an index of :data:`JITTER_PARTS`) on ``work``, in place."""
-    channels, n = work.shape
-    if part == 0:
-        for c in range(channels):
-            for j in range(n):
-                work[c, j] = min(max(factor * work[c, j], 0.0), 1.0)
-    elif part == 1:
-        m = _mean(work)
-        for c in range(channels):
-            for j in range(n):
-                work[c, j] = min(max(factor * work[c, j] + (1.0 - factor) * m, 0.0), 1.0)
-    elif part == 2:
-        for j in range(n):
-            gray = _R * work[0, j] + _G * work[1, j] + _B * work[2, j]
-            for c in range(3):
-                work[c, j] = min(max(factor * work[c, j] + (1.0 - factor) * gray, 0.0), 1.0)
-    else:
-        for j in range(n):
-            r, g, b = _hue_shift(work[0, j], work[1, j], work[2, j], factor)
-            work[0, j], work[1, j], work[2, j] = r, g, b
+def _scale(work, a, b, factor, mean):  # pragma: no cover - JIT
+    """Brightness (``mean`` 0) or contrast: ``clamp(factor * t + (1 - factor) * mean)``."""
+    f, add = np.float32(factor), np.float32((1.0 - factor) * mean)
+    zero, one = np.float32(0.0), np.float32(1.0)
+    for c in range(work.shape[0]):
+        row = work[c][a:b]
+        for j in range(len(row)):
+            row[j] = min(max(f * row[j] + add, zero), one)
+
+
+@nb.njit(cache=True, nogil=True)
+def _saturate(work, a, b, factor):  # pragma: no cover - JIT
+    """Saturation: ``clamp(factor * t + (1 - factor) * gray)`` per pixel."""
+    r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
+    f, rest = np.float32(factor), np.float32(1.0 - factor)
+    wr, wg, wb = np.float32(_R), np.float32(_G), np.float32(_B)
+    zero, one = np.float32(0.0), np.float32(1.0)
+    for j in range(len(r)):
+        gray = rest * (wr * r[j] + wg * g[j] + wb * bl[j])
+        r[j] = min(max(f * r[j] + gray, zero), one)
+        g[j] = min(max(f * g[j] + gray, zero), one)
+        bl[j] = min(max(f * bl[j] + gray, zero), one)
+
+
+@nb.njit(cache=True, nogil=True)
+def _hue(work, a, b, shift):  # pragma: no cover - JIT
+    """Hue: each pixel's HSV hue plus ``shift`` turns, branch-free (see the module)."""
+    r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
+    turn = np.float32(6.0 * shift)
+    zero, one, four = np.float32(0.0), np.float32(1.0), np.float32(4.0)
+    six, sixth = np.float32(6.0), np.float32(1.0 / 6.0)
+    for j in range(len(r)):
+        x, y, z = r[j], g[j], bl[j]
+        v, low = max(x, max(y, z)), min(x, min(y, z))
+        spread = v - low
+        # torchvision's cases: R largest first, then G, then B
+        num = y - z if v == x else (z - x if v == y else x - y)
+        base = zero if v == x else (np.float32(2.0) if v == y else np.float32(4.0))
+        h = base + num / (spread if spread > zero else one) + turn
+        # channel n (R 5, G 3, B 1): v - spread * clamp(min(k, 4 - k), 0, 1), k = (n + h) mod 6
+        k = h + np.float32(5.0)
+        k = k - six * np.floor(k * sixth)
+        r[j] = v - spread * min(max(min(k, four - k), zero), one)
+        k = h + np.float32(3.0)
+        k = k - six * np.floor(k * sixth)
+        g[j] = v - spread * min(max(min(k, four - k), zero), one)
+        k = h + one
+        k = k - six * np.floor(k * sixth)
+        bl[j] = v - spread * min(max(min(k, four - k), zero), one)
+
+
+@nb.njit(cache=True, nogil=True)
+def _parts(work, a, b, params, first, last, mean):  # pragma: no cover - JIT
+    """The jitter's parts ``order[first:last]`` that are on, on ``work[:, a:b]``."""
+    for k in range(first, last):
+        part = int(params[k])
+        if params[8 + part] == 0.0:
+            continue
+        factor = params[4 + part]
+        if part <= 1:  # brightness: contrast about 0
+            _scale(work, a, b, factor, mean if part == 1 else 0.0)
+        elif part == 2:
+            _saturate(work, a, b, factor)
+        else:
+            _hue(work, a, b, factor)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -105,47 +180,67 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     """``params = (order[4], factor[4], on[4], low, high, rounds)``: the parts whose ``on``
     is 1, in ``order`` (indices of :data:`JITTER_PARTS`), with their factors (brightness,
     contrast and saturation: multipliers; hue: a shift in turns); none on: the image is kept.
-    See the module docstring."""
+    See the module docstring.
+
+    A block of pixels at a time: without contrast, each block is loaded, jittered and stored
+    while it sits in L1. Contrast needs the mean of the image as the parts before it leave it:
+    the blocks go through those parts into a work array of the whole image, summed on the way,
+    then through contrast and the rest."""
     if params[8] == 0.0 and params[9] == 0.0 and params[10] == 0.0 and params[11] == 0.0:
         return
-    low, high, rounds = params[-3], params[-2], params[-1]
+    low, high, rounds = params[-3], params[-2], params[-1] != 0.0
     planes, height, width, pixel = image.shape
     channels, n = planes * pixel, height * width
-    span = high - low
-    work = np.empty((channels, n), np.float64)
-    for c in range(channels):
-        p, q = c // pixel, c % pixel
-        for y in range(height):
-            for x in range(width):
-                work[c, y * width + x] = (np.float64(image[p, y, x, q]) - low) / span
+    split = 4  # the contrast's place in the order (4: off)
     for k in range(4):
-        part = int(params[k])
-        if params[8 + part] != 0.0:
-            _jitter_part(work, part, params[4 + part])
-    for c in range(channels):
-        p, q = c // pixel, c % pixel
-        for y in range(height):
-            for x in range(width):
-                v = low + span * work[c, y * width + x]
-                image[p, y, x, q] = finish(v, low, high, rounds)
+        if int(params[k]) == 1 and params[9] != 0.0:
+            split = k
+    whole = split < 4  # a work array of the whole image, and two passes
+    work = np.empty((channels, n if whole else _BLOCK), np.float32)
+    sums = np.zeros((channels, _LANES), np.float64)
+    mean = 0.0
+    # one call site a helper (each inlined once: compile time), in one or two passes
+    for phase in range(2 if whole else 1):
+        first, last = (split, 4) if phase == 1 else (0, split)
+        for j0 in range(0, n, _BLOCK):
+            j1 = min(n, j0 + _BLOCK)
+            w0 = j0 if whole else 0
+            if phase == 0:
+                _load(image, j0, j1, work, w0, low, high)
+            _parts(work, w0, w0 + j1 - j0, params, first, last, mean)
+            if whole and phase == 0:
+                _add_sums(work, w0, w0 + j1 - j0, sums)
+            else:
+                _store(work, w0, image, j0, j1, low, high, rounds)
+        mean = _gray_mean(sums, n)
 
 
 @nb.njit(cache=True, nogil=True)
 def grayscale(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, low, high, rounds)``: every channel of a 3-channel image becomes
-    ``0.2989 R + 0.587 G + 0.114 B`` (torchvision's ``rgb_to_grayscale``, 3 outputs)."""
+    ``0.2989 R + 0.587 G + 0.114 B`` (torchvision's ``rgb_to_grayscale``, 3 outputs), in
+    float32, clamped, rounded half up for uint8 (+ 1/2, cut toward zero by the store)."""
     if params[0] == 0.0:
         return
-    low, high, rounds = params[-3], params[-2], params[-1]
-    _, height, width, pixel = image.shape
-    for y in range(height):
-        for x in range(width):
-            r = np.float64(image[0 // pixel, y, x, 0 % pixel])
-            g = np.float64(image[1 // pixel, y, x, 1 % pixel])
-            b = np.float64(image[2 // pixel, y, x, 2 % pixel])
-            v = finish(_R * r + _G * g + _B * b, low, high, rounds)
-            for c in range(3):
-                image[c // pixel, y, x, c % pixel] = v
+    low, high = np.float32(params[-3]), np.float32(params[-2])
+    half = np.float32(0.5 if params[-1] != 0.0 else 0.0)
+    planes, height, width, pixel = image.shape
+    flat, n = image.reshape(planes, height * width * pixel), height * width
+    wr, wg, wb = np.float32(_R), np.float32(_G), np.float32(_B)
+    if pixel == 1:
+        r, g, b = flat[0], flat[1], flat[2]
+        for j in range(n):
+            v = wr * np.float32(r[j]) + wg * np.float32(g[j]) + wb * np.float32(b[j])
+            r[j] = min(max(v, low), high) + half
+            g[j] = r[j]
+            b[j] = r[j]
+        return
+    px = flat[0]
+    for j in range(n):
+        v = wr * np.float32(px[3 * j]) + wg * np.float32(px[3 * j + 1])
+        px[3 * j] = min(max(v + wb * np.float32(px[3 * j + 2]), low), high) + half
+        px[3 * j + 1] = px[3 * j]
+        px[3 * j + 2] = px[3 * j]
 
 
 @nb.njit(cache=True, nogil=True)

@@ -59,9 +59,13 @@ def _map_bytes(flat, kind, param):  # pragma: no cover - JIT
             flat[j] = 255 - flat[j]
     elif kind == SOLARIZE:
         at = np.int64(min(max(math.ceil(param), 0.0), 256.0))  # x >= param, x an integer
+        if at > 255:
+            return
+        # uint8 arithmetic throughout: LLVM then works on 32 or 64 values at once (int64: 1)
+        at8, top = np.uint8(at), np.uint8(255)
         for j in range(flat.size):
-            x = np.int64(flat[j])
-            flat[j] = 255 - x if x >= at else x
+            x = flat[j]
+            flat[j] = top - x if x >= at8 else x
     else:
         keep = np.int64(256 - (1 << (8 - int(param))))
         for j in range(flat.size):
@@ -123,6 +127,19 @@ def posterize(image, params, tag):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
+def _extremes(src, q, pixel):  # pragma: no cover - JIT
+    """The smallest and largest of the values ``q, q + pixel, ...`` of ``src``, as float64."""
+    lo, hi = src[q], src[q]
+    if pixel == 1:  # a loop of its own: LLVM vectorises unit strides only (uint8 min/max)
+        for j in range(len(src)):
+            lo, hi = min(lo, src[j]), max(hi, src[j])
+    else:
+        for j in range(q, len(src), pixel):
+            lo, hi = min(lo, src[j]), max(hi, src[j])
+    return np.float64(lo), np.float64(hi)
+
+
+@nb.njit(cache=True, nogil=True)
 def autocontrast(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, low, high, rounds)``: each channel's values stretched linearly from
     its own ``[min, max]`` to ``[low, high]``; a constant channel is kept (torchvision's
@@ -131,27 +148,26 @@ def autocontrast(image, params, tag):  # pragma: no cover - JIT
         return
     low, high, rounds = params[-3], params[-2], params[-1]
     planes, height, width, pixel = image.shape
+    flat = image.reshape(planes, height * width * pixel)
     table = np.empty(256, image.dtype)
     for c in range(planes * pixel):
-        p, q = c // pixel, c % pixel
-        lo, hi = np.inf, -np.inf
-        for y in range(height):
-            for x in range(width):
-                v = np.float64(image[p, y, x, q])
-                lo, hi = min(lo, v), max(hi, v)
+        src, q = flat[c // pixel], c % pixel
+        lo, hi = _extremes(src, q, pixel)
         if hi <= lo:
             continue
         scale = (high - low) / (hi - lo)
         if rounds:  # uint8: a table of the 256 results
             for level in range(256):
                 table[level] = finish(low + (level - lo) * scale, low, high, rounds)
-        for y in range(height):
-            for x in range(width):
-                if rounds:
-                    image[p, y, x, q] = table[np.int64(image[p, y, x, q])]
-                else:
-                    v = low + (np.float64(image[p, y, x, q]) - lo) * scale
-                    image[p, y, x, q] = finish(v, low, high, rounds)
+        if rounds and pixel == 1:  # a plain loop, unit stride
+            for j in range(len(src)):
+                src[j] = table[np.int64(src[j])]
+        elif rounds:
+            for j in range(q, len(src), pixel):
+                src[j] = table[np.int64(src[j])]
+        else:
+            for j in range(q, len(src), pixel):
+                src[j] = finish(low + (np.float64(src[j]) - lo) * scale, low, high, rounds)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -42,6 +42,7 @@ import numpy as np
 import psutil
 
 from ..kernels.pages import first_use
+from . import small_orders
 
 __all__ = [
     "CHUNK",
@@ -162,7 +163,10 @@ def page_schedule(
     never = np.iinfo(np.int64).max
     first = np.full(top + 1, never, dtype=np.int64)
     for f, column in enumerate(columns):
-        first_use(order, column, np.uint64(page_shift), len(columns), f, first)
+        small = len(order) <= small_orders.SMALL  # numpy: no kernel to compile
+        (small_orders.first_use if small else first_use)(
+            order, column, np.uint64(page_shift), len(columns), f, first
+        )
     pages = np.flatnonzero(first != never)
     first_batch = first[pages] // len(columns) // batch_size
     by_use = np.argsort(first_batch, kind="stable")

@@ -17,6 +17,8 @@ from ffcv_pairs import PairAugment, make_loader
 aug = PairAugment(hflip=0.5, vflip=0.5)
 loader = make_loader(sys.argv[1], batch_size=16, augment=aug, num_threads=1)
 print(next(iter(loader))[0].shape)
+plain = make_loader(sys.argv[1], batch_size=16, num_threads=1)  # the stand-in's, if not cached
+print(next(iter(plain))[0].shape)
 """
 
 

@@ -199,7 +199,7 @@ def _fma32(a: np.ndarray, b: np.ndarray, c: np.float32) -> np.ndarray:
     err = (p - (s - bb)) + (c64 - bb)
     odd = (err != 0) & ((s.view(np.uint64) & np.uint64(1)) == 0)
     if odd.any():
-        s[odd] = np.nextafter(s[odd], s[odd] + err[odd])
+        s[odd] = np.nextafter(s[odd], np.where(err[odd] > 0, np.inf, -np.inf))
     return s.astype(np.float32)
 
 
@@ -242,7 +242,7 @@ def fused_stand_in(geo, photo, ops) -> Callable[..., None] | None:
         stored = (stored_a, stored_b)
         for i in range(len(batch.ids)):
             sid, row = int(batch.ids[i]), int(batch.rows[i])
-            place = None
+            place: tuple[int, ...] = ()
             for t in range(2):
                 image = stored[t]
                 if t == 0 or not geo.paired:
@@ -253,10 +253,10 @@ def fused_stand_in(geo, photo, ops) -> Callable[..., None] | None:
                 if geo.identity:
                     x = mm[start : start + size]
                 else:
-                    key = (t, *place)
-                    if key not in maps:
-                        maps[key] = _index_map(geo, image, place)
-                    index = maps[key]
+                    where = (t, *place)
+                    if where not in maps:
+                        maps[where] = _index_map(geo, image, place)
+                    index = maps[where]
                     src = mm[start : start + image.planes * image.height * image.width * p]
                     x = src[np.maximum(index, 0)]
                     fill = np.tile(ops.fills[t][:p], size // p)

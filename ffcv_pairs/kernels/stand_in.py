@@ -26,16 +26,18 @@ A fork waits for a compile under way (see :mod:`._cache`), so a process forked m
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import Counter
 from typing import Any
 
 from ._cache import SharedCompile, announce, compile_lock, is_cached
 
-__all__ = ["ParallelSoon", "compile_pending", "wait_for_compiles"]
+__all__ = ["ParallelSoon", "compile_pending", "settled", "wait_for_compiles"]
 
 _PENDING: list[tuple[_Compile, threading.Event | None]] = []
 _PENDING_LOCK = threading.Lock()
 _COMPILERS: list[threading.Thread] = []  # the background threads compile_pending started
+_LIVE: weakref.WeakSet[ParallelSoon] = weakref.WeakSet()  # every ParallelSoon not yet freed
 
 
 class _Compile:
@@ -85,6 +87,7 @@ class ParallelSoon:
         self._serial_ok = stand_in is None
         self._serial_job: _Compile | None = None
         self._parallel_job: _Compile | None = None
+        _LIVE.add(self)
 
     def __call__(self, *args: Any) -> Any:
         kernel = self._choose(args)
@@ -161,6 +164,16 @@ def wait_for_compiles() -> None:
         _COMPILERS.clear()
     for thread in threads:
         thread.join()
+
+
+def settled() -> bool:
+    """Whether every :class:`ParallelSoon` that has served calls now calls its final kernel
+    (compiled or cached), and no background compile is under way or pending: what
+    ``ffcv-pairs warmup`` runs batches until, so that it leaves every kernel cached."""
+    with _PENDING_LOCK:
+        if _PENDING or any(t.is_alive() for t in _COMPILERS):
+            return False
+    return all(s._ready.is_set() for s in list(_LIVE) if s._types is not None)
 
 
 def _compile_all(jobs: list[tuple[_Compile, threading.Event | None]]) -> None:

@@ -25,7 +25,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _ROUNDS = 4
 
 
-def key3(a: int, b: int, c: int) -> int:
+def key3(a: int | np.integer, b: int | np.integer, c: int | np.integer) -> int:
     """:func:`~ffcv_pairs.kernels.hashing.key3` of Python integers."""
     return mix64(mix64(mix64((int(a) & _M64) ^ _GOLDEN) ^ (int(b) & _M64)) ^ (int(c) & _M64))
 
@@ -37,14 +37,14 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def _below(key: int, counters: np.ndarray) -> np.ndarray:
+def _below(key: int | np.integer, counters: np.ndarray) -> list[int]:
     """``mix64(key + counter * GOLDEN)`` of each counter (:func:`~ffcv_pairs.kernels.
     hashing.below` before its modulo), as Python integers."""
     x = np.uint64(int(key) & _M64) + counters.astype(np.uint64) * np.uint64(_GOLDEN)
     return _mix64(x).tolist()
 
 
-def permute(key: int, n: int, positions: np.ndarray, out: np.ndarray) -> None:
+def permute(key: int | np.uint64, n: int, positions: np.ndarray, out: np.ndarray) -> None:
     """:func:`~ffcv_pairs.kernels.permute.permute`, vectorised."""
     bits = 1
     while (1 << bits) < n:

@@ -32,26 +32,28 @@ from typing import Any
 
 from ._cache import SharedCompile, announce, compile_lock, is_cached
 
-__all__ = ["ParallelSoon", "compile_pending", "settled", "wait_for_compiles"]
+__all__ = ["ParallelSoon", "compile_pending", "kernel_ready", "settled", "wait_for_compiles"]
 
 _PENDING: list[tuple[_Compile, threading.Event | None]] = []
 _PENDING_LOCK = threading.Lock()
 _COMPILERS: list[threading.Thread] = []  # the background threads compile_pending started
 _LIVE: weakref.WeakSet[ParallelSoon] = weakref.WeakSet()  # every ParallelSoon not yet freed
+_QUIET: set[tuple[Any, tuple]] = set()  # the kernels kernel_ready queued
 
 
 class _Compile:
     """One background compile: ``kernel`` for argument ``types``; ``done`` once it ended
     (``error``: what it raised)."""
 
-    def __init__(self, kernel: Any, types: tuple, stand_in: bool) -> None:
-        self.kernel, self.types, self.stand_in = kernel, types, stand_in
+    def __init__(self, kernel: Any, types: tuple, stand_in: bool, quiet: bool = False) -> None:
+        self.kernel, self.types, self.stand_in, self.quiet = kernel, types, stand_in, quiet
         self.done = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            announce(self.kernel, self.types, background=True, stand_in=self.stand_in)
+            if not self.quiet:
+                announce(self.kernel, self.types, background=True, stand_in=self.stand_in)
             with compile_lock(self.kernel):
                 self.kernel.compile(self.types)
         except BaseException as e:  # re-raised at the next call, on the loader's thread
@@ -132,6 +134,28 @@ class ParallelSoon:
             self._parallel_job = _Compile(self.parallel, self._types, stand_in=False)
             _queue(self._parallel_job, self._ready)
         return self.serial
+
+
+def kernel_ready(kernel: Any, *args: Any) -> bool:
+    """Whether ``kernel`` has machine code for ``args``' types, in this process or in the
+    disk cache (then a call only loads it). If not, its compile is queued, once, for the
+    next :func:`compile_pending`, without a word: the caller computes the same values
+    without it meanwhile (the order twins of ``load/small_orders``)."""
+    try:
+        types = tuple(kernel.typeof_pyval(a) for a in args)
+    except Exception:  # numba cannot type an argument: the kernel's call says why
+        return True
+    if types in kernel.overloads:
+        return True
+    with _PENDING_LOCK:
+        if (kernel, types) in _QUIET:
+            return False
+    if is_cached(kernel, types):
+        return True
+    with _PENDING_LOCK:
+        _QUIET.add((kernel, types))
+    _queue(_Compile(kernel, types, stand_in=True, quiet=True))
+    return False
 
 
 def _queue(job: _Compile, ready: threading.Event | None = None) -> None:

@@ -223,20 +223,20 @@ def _key(seed: int, epoch: int, tag: int) -> np.uint64:
     return np.uint64(small_orders.key3(seed & _MASK64, epoch, tag))
 
 
-# Short orders are computed by numpy twins of the kernels (the same integers), so that a
-# loader's first batch on an empty kernel cache does not wait for their compiles.
+# On an empty kernel cache, short orders are computed by numpy twins of the kernels (the same
+# integers) while the kernels compile in the background, so that a loader's first batch
+# does not wait for their compiles.
 def permute(key, n, positions, out) -> None:
     """:func:`~ffcv_pairs.kernels.permute.permute`."""
-    small = len(positions) <= small_orders.SMALL
-    (small_orders.permute if small else _permute_kernel)(key, n, positions, out)
+    twin = small_orders.permute
+    small_orders.twin_or_kernel(twin, _permute_kernel, len(positions), key, n, positions, out)
 
 
 def _draw_through_window(samples, starts, runs, page_key, window, rank_key, out) -> None:
     """:func:`_quasi_random`."""
-    small = len(out) <= small_orders.SMALL and len(samples) <= 4 * small_orders.SMALL
-    (small_orders.quasi_random if small else _quasi_random)(
-        samples, starts, runs, page_key, window, rank_key, out
-    )
+    args = (samples, starts, runs, page_key, window, rank_key, out)
+    size = max(len(out), len(samples) // 4)
+    small_orders.twin_or_kernel(small_orders.quasi_random, _quasi_random, size, *args)
 
 
 def _spans(start: int, length: int, total: int) -> list[tuple[int, int]]:

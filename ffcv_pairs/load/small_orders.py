@@ -1,24 +1,40 @@
-"""The order kernels in numpy and Python, for orders short enough not to need compiling.
+"""The order kernels in numpy and Python, for an empty kernel cache's first epochs.
 
 On an empty kernel cache the orders' kernels (the Feistel permutation, the page shuffle
 and window, the first use of each page) cost 0.9 s of compiling before the first batch of
-any loader; an order of a few thousand samples takes a few milliseconds without them. Up to
-:data:`SMALL` positions, :mod:`.order` and :mod:`.prefetch` call these twins, which give the
-same integers (``tests/test_order.py`` pins the orders; ``tests/test_small_orders.py``
-compares each twin with its kernel); longer orders call the kernels.
+any loader; an order of a few thousand samples takes a few milliseconds without them. While
+a kernel has no machine code (compiled or cached), an order of up to :data:`SMALL` positions
+is computed by these twins, which give the same integers (``tests/test_order.py`` pins the
+orders; ``tests/test_small_orders.py`` compares each twin with its kernel), and the kernel
+compiles in the background once a batch is done
+(:func:`~ffcv_pairs.kernels.stand_in.kernel_ready`). Longer orders, and every order once the
+kernel is there, call the kernel: the twins are several times slower.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..kernels.numpy_ops import mix64
+from ..kernels.stand_in import kernel_ready
 
-__all__ = ["SMALL", "first_use", "key3", "mix64", "permute", "quasi_random"]
+__all__ = ["SMALL", "first_use", "key3", "mix64", "permute", "quasi_random", "twin_or_kernel"]
 
-#: Positions up to which an order is computed here rather than by a kernel (about 50 ms
+#: Positions up to which an order is computed here while its kernel compiles (about 50 ms
 #: for the quasi-random order of this many samples).
 SMALL = 1 << 16
+
+
+def twin_or_kernel(twin: Any, kernel: Any, positions: int, *args: Any) -> None:
+    """``twin(*args)`` for an order of at most :data:`SMALL` ``positions`` while ``kernel``
+    has no machine code for ``args`` (its compile then queued), else ``kernel(*args)``."""
+    if positions <= SMALL and not kernel_ready(kernel, *args):
+        twin(*args)
+    else:
+        kernel(*args)
+
 
 _M64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15

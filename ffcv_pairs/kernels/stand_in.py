@@ -127,9 +127,9 @@ class ParallelSoon:
             else:
                 job.check()
                 self._serial_ok = True
-            if self.parallel is self.serial:
-                self._ready.set()
-                return self.parallel
+        if self.parallel is self.serial:  # one thread: no parallel kernel to wait for
+            self._ready.set()
+            return self.parallel
         if self._parallel_job is None:
             self._parallel_job = _Compile(self.parallel, self._types, stand_in=False)
             _queue(self._parallel_job, self._ready)

@@ -385,7 +385,9 @@ class LabelDecoder(Operation):
     def generate_code(self) -> Callable:
         def decode(indices, destination, metadata, storage_state):
             out = destination[: len(indices)]
-            np.take(metadata, indices, out=out)  # numpy: no kernel to compile
+            # numpy, no kernel to compile; fancy indexing, not np.take, which copies a
+            # strided column (the labels are one of a table) whole first: 4 ms at 3M samples
+            out[:] = metadata[indices]
             return out
 
         return decode

@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -110,9 +111,22 @@ def warmup(
                 loader = make_loader(
                     path, batch_size=8, augment=aug, order="sequential", num_threads=n
                 )
-                next(iter(loader))
+                _settle(loader)
     _batch_draws()
     return WarmupReport(tuple(pipelines), tuple(threads), time.perf_counter() - started)
+
+
+def _settle(loader: Any) -> None:
+    """Read batches until every kernel the loader calls is compiled and cached: the first
+    batches may come from numpy stand-ins or serial twins while the kernels compile in the
+    background (:mod:`~ffcv_pairs.kernels.stand_in`)."""
+    from .kernels.stand_in import settled, wait_for_compiles
+
+    for _epoch in range(100):
+        for _batch in loader:
+            wait_for_compiles()
+            if settled():
+                return
 
 
 def _pipelines(augment: PairAugment | None) -> dict[str, PairAugment | None]:

@@ -370,13 +370,12 @@ def test_wait_for_compiles_returns_once_the_background_compiles_ended() -> None:
     class Slow:
         done = threading.Event()
 
-        def _compile(self) -> None:
+        def run(self) -> None:
             time.sleep(0.3)
             self.done.set()
 
     job = Slow()
-    with stand_in._PENDING_LOCK:
-        stand_in._PENDING.append(job)  # type: ignore[arg-type]
+    stand_in._queue(job)  # type: ignore[arg-type]
     stand_in.compile_pending()
     stand_in.wait_for_compiles()
     assert job.done.is_set()

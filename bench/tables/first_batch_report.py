@@ -115,7 +115,9 @@ def _how(res: dict[str, Any]) -> list[str]:
         if res["smoke"]
         else "*Empty*: `FFCV_PAIRS_CACHE_DIR`, `NUMBA_CACHE_DIR` and `XDG_CACHE_HOME` point at a "
         "new empty folder. *Warm*: at the folder the first round's empty run of the same row "
-        "filled. Upstream FFCV keeps no cache of its pipeline: its warm run is a second start."
+        "filled, after an unmeasured run in it that went on until the kernels compiling in "
+        "the background (while numpy stand-ins or serial twins served) were cached. Upstream "
+        "FFCV keeps no cache of its pipeline: its warm run is a second start."
     )
     return [
         "## How measured",

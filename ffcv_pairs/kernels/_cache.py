@@ -266,12 +266,21 @@ def cache_folder(kernel: Any) -> str | None:
     return getattr(getattr(kernel, "_cache", None), "cache_path", None)
 
 
-def announce(kernel: Any, types: tuple, background: bool = False) -> None:
+def announce(kernel: Any, types: tuple, background: bool = False, stand_in: bool = False) -> None:
     """Say once, on one line, that ``kernel`` compiles for ``types`` (unless it is cached):
-    in the foreground (about how long), or in the background while its serial twin serves."""
+    in the foreground (about how long), or in the background while its serial twin serves
+    (``stand_in``: while a numpy stand-in serves)."""
     if is_cached(kernel, types):
         return
     name, folder = kernel.py_func.__name__, cache_folder(kernel)
+    if background and stand_in:
+        log.warning(
+            "ffcv-pairs: compiling the %s kernel in the background; batches come from a numpy "
+            "stand-in (the same bytes) until it is ready, then it is cached in %s for later runs",
+            name,
+            folder,
+        )
+        return
     if background:
         log.warning(
             "ffcv-pairs: compiling the parallel %s kernel in the background; batches come from "

@@ -40,8 +40,9 @@ import numba as nb
 import numpy as np
 from ffcv.traversal_order.base import TraversalOrder
 
-from ..kernels.hashing import below, key3, mix64
-from ..kernels.permute import permute
+from ..kernels.hashing import below, key3
+from ..kernels.permute import permute as _permute_kernel
+from . import small_orders
 from .index import PageIndex
 
 __all__ = [
@@ -219,7 +220,23 @@ def deal(
 
 
 def _key(seed: int, epoch: int, tag: int) -> np.uint64:
-    return np.uint64(key3(np.uint64(seed & _MASK64), np.uint64(epoch), np.uint64(tag)))
+    return np.uint64(small_orders.key3(seed & _MASK64, epoch, tag))
+
+
+# On an empty kernel cache, short orders are computed by numpy twins of the kernels (the same
+# integers) while the kernels compile in the background, so that a loader's first batch
+# does not wait for their compiles.
+def permute(key, n, positions, out) -> None:
+    """:func:`~ffcv_pairs.kernels.permute.permute`."""
+    twin = small_orders.permute
+    small_orders.twin_or_kernel(twin, _permute_kernel, len(positions), key, n, positions, out)
+
+
+def _draw_through_window(samples, starts, runs, page_key, window, rank_key, out) -> None:
+    """:func:`_quasi_random`."""
+    args = (samples, starts, runs, page_key, window, rank_key, out)
+    size = max(len(out), len(samples) // 4)
+    small_orders.twin_or_kernel(small_orders.quasi_random, _quasi_random, size, *args)
 
 
 def _spans(start: int, length: int, total: int) -> list[tuple[int, int]]:
@@ -274,9 +291,10 @@ def read_order(
     pages = np.empty(index.num_pages, dtype=np.int64)
     permute(_key(spec.seed, epoch, _PAGES), index.num_pages, np.arange(index.num_pages), pages)
     window = 1 if rank is None else spec.window_pages
-    rank_key = mix64(_key(spec.seed, epoch, _WINDOW) ^ np.uint64(0 if rank is None else rank + 1))
+    window_key = int(_key(spec.seed, epoch, _WINDOW))
+    rank_key = small_orders.mix64(window_key ^ (0 if rank is None else rank + 1))
     out = np.empty(length, dtype=np.int64)
-    _quasi_random(
+    _draw_through_window(
         index.samples,
         index.starts,
         _runs(index, pages, spans),
@@ -297,13 +315,13 @@ def drawn(
     counts = index.counts()[pages]
     runs = np.stack([pages, np.zeros_like(counts), counts]).astype(np.int64)
     out = np.empty(index.num_samples, dtype=np.int64)
-    _quasi_random(
+    _draw_through_window(
         index.samples,
         index.starts,
         runs,
         _key(spec.seed, epoch, _SHUFFLE),
         spec.window_pages,
-        np.uint64(mix64(_key(spec.seed, epoch, _WINDOW) ^ np.uint64(stream))),
+        np.uint64(small_orders.mix64(int(_key(spec.seed, epoch, _WINDOW)) ^ int(stream))),
         out,
     )
     return out

@@ -42,6 +42,7 @@ import numpy as np
 import psutil
 
 from ..kernels.pages import first_use
+from . import small_orders
 
 __all__ = [
     "CHUNK",
@@ -162,7 +163,8 @@ def page_schedule(
     never = np.iinfo(np.int64).max
     first = np.full(top + 1, never, dtype=np.int64)
     for f, column in enumerate(columns):
-        first_use(order, column, np.uint64(page_shift), len(columns), f, first)
+        args = (order, column, np.uint64(page_shift), len(columns), f, first)
+        small_orders.twin_or_kernel(small_orders.first_use, first_use, len(order), *args)
     pages = np.flatnonzero(first != never)
     first_batch = first[pages] // len(columns) // batch_size
     by_use = np.argsort(first_batch, kind="stable")

@@ -1,0 +1,201 @@
+"""Numpy stand-ins (:mod:`ffcv_pairs.kernels.numpy_ops`) serve the first batches on an empty
+kernel cache while the kernels compile in the background: their bytes are the kernels'."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ffcv_pairs import PairAugment, make_loader
+from ffcv_pairs.kernels import numpy_ops, stand_in
+
+DEMO = dict(
+    hflip=0.5,
+    crop=[16, 16],
+    crop_padding=4,
+    brightness=0.2,
+    brightness_paired=False,
+    contrast=0.2,
+    contrast_paired=False,
+)
+CONFIGS: list[dict[str, Any] | None] = [
+    None,
+    DEMO,
+    dict(hflip=0.5, vflip=0.5, crop=[12, 10], crop_padding=6, brightness=0.6, contrast=0.5),
+    dict(rot90=True, hflip=0.5, brightness=0.9, contrast=0.9, contrast_paired=False),
+    dict(crop=[10, 14], crop_padding=8, pad_mode="reflect", brightness=0.3, vflip=0.5),
+    dict(crop=[12, 12], crop_padding=30, pad_mode="edge", contrast=0.3, fill=7),
+    dict(crop=[8, 8], center=True, brightness=0.5, translate=(2, 3)),
+    dict(hflip=0.5, contrast=0.8),
+]
+
+
+def _both(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Every call that has a stand-in runs the serial kernel, then the stand-in on zeroed
+    outputs, and counts the batches where they differ."""
+    seen = {"batches": 0, "differ": 0}
+
+    def call(self: stand_in.ParallelSoon, *args: Any) -> None:
+        if self.stand_in is None:
+            return self._call(self.parallel, *args)
+        outs = args[4:6] if self.serial.__name__.startswith("copy") else tuple(args[2])
+        self._call(self.serial, *args)
+        want = [o.copy() for o in outs]
+        for o in outs:
+            o[:] = 0
+        self.stand_in(*args)
+        seen["batches"] += 1
+        seen["differ"] += any((w != o).any() for w, o in zip(want, outs))
+
+    monkeypatch.setattr(stand_in.ParallelSoon, "__call__", call)
+    return seen
+
+
+@pytest.mark.parametrize("layout", [(3, 16, 16), (16, 16, 3)])
+def test_the_stand_ins_write_the_kernels_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: tuple[int, ...]
+) -> None:
+    """Flips, quarter turns, padded crops of every padding mode, brightness and contrast
+    (per image and paired, means from the stored statistics and from the pixels), and the
+    plain copy, CHW and HWC: the stand-in's batches are the serial kernel's."""
+    from tests.conftest import write_small_beton
+
+    path, _, _ = write_small_beton(tmp_path, n=200, shape=layout)
+    seen = _both(monkeypatch)
+    for config in CONFIGS:
+        before = seen["batches"]
+        aug = None if config is None else PairAugment(**config)
+        loader = make_loader(path, batch_size=32, augment=aug, num_threads=1, seed=5)
+        for _epoch in range(2):
+            for _batch in loader:
+                pass
+        assert seen["batches"] > before, config  # the stand-in had this pipeline
+        assert seen["differ"] == 0, config
+
+
+def test_pipelines_the_stand_in_lacks_wait_for_their_kernel() -> None:
+    """Noise, a resized crop or a float output: no stand-in (the kernel serves)."""
+    from ffcv_pairs.kernels.geometry import GeometryConfig
+    from ffcv_pairs.kernels.photometric import PhotometricConfig
+    from ffcv_pairs.kernels.pixels import OUT_FLOAT32, OUT_UINT8
+
+    geo = GeometryConfig(
+        0.5, 0.0, False, 8, 8, 0, 1.0, 1.0, 1.0, 1.0, 0, 0, 0, False, False, True, False
+    )
+    photo = PhotometricConfig(0.2, False, 0.2, False, 0.0, False, 0.0, 1.0)
+
+    class Ops:
+        kind, downscale = OUT_UINT8, np.zeros(2, bool)
+
+    assert numpy_ops.fused_stand_in(geo, photo, Ops) is not None
+    assert numpy_ops.fused_stand_in(geo, photo._replace(noise_std=0.1), Ops) is None
+    assert numpy_ops.fused_stand_in(geo._replace(resize=True, crop=True), photo, Ops) is None
+    Ops.kind = OUT_FLOAT32
+    assert numpy_ops.fused_stand_in(geo, photo, Ops) is None
+
+
+def test_one_rounding_as_a_fused_multiply_add() -> None:
+    """:func:`numpy_ops._fma32` is ``a * b + c`` rounded once: the exact value (in Python
+    fractions) rounded to float32, where two float32 roundings or a float64 one then a
+    float32 one can differ."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.5, 1.5, 2000).astype(np.float32)
+    b = rng.integers(0, 256, 2000).astype(np.float32)
+    c = np.float32(2.0**-60)  # a tiny addend: the float64 sum rounds
+    # products on a float32 midpoint, so that the addend decides the rounding
+    a[:1000] = np.float32(1.0) + np.float32(2.0**-23)
+    b[:1000] = np.float32(3.0)
+    got = numpy_ops._fma32(a, b, c)
+    for x, y, z in zip(a.tolist(), b.tolist(), got.tolist()):
+        exact = Fraction(x) * Fraction(y) + Fraction(float(c))
+        assert _nearest(exact, z), (x, y, z)
+
+
+def _nearest(exact: Any, z: float) -> bool:
+    """``z`` is a float32 nearest to ``exact`` (ties to even)."""
+    from fractions import Fraction
+
+    z32 = np.float32(z)
+    up = np.nextafter(z32, np.float32(np.inf))
+    down = np.nextafter(z32, np.float32(-np.inf))
+    d = abs(Fraction(float(z32)) - exact)
+    if d < abs(Fraction(float(up)) - exact) and d < abs(Fraction(float(down)) - exact):
+        return True
+    tie = d in (abs(Fraction(float(up)) - exact), abs(Fraction(float(down)) - exact))
+    return tie and int(z32.view(np.uint32)) % 2 == 0
+
+
+CHAIN = """
+import hashlib, json, sys, time
+from ffcv_pairs import PairAugment, make_loader
+from ffcv_pairs.kernels import stand_in
+
+made = []
+init = stand_in.ParallelSoon.__init__
+stand_in.ParallelSoon.__init__ = lambda self, *a: (init(self, *a), made.append(self))[0]
+aug = json.loads(sys.argv[3])
+loader = make_loader(sys.argv[1], batch_size=16, augment=aug and PairAugment(**aug),
+                     num_threads=2, seed=3)
+soon = [m for m in made if m.parallel is not m.serial][0]
+epochs, batches = int(sys.argv[2]), []
+deadline = time.monotonic() + 400
+for epoch in range(10_000):
+    for a, b, label in loader:
+        batches.append({"digest": hashlib.sha256(a.numpy().tobytes() + b.numpy().tobytes()
+                                                 + label.numpy().tobytes()).hexdigest(),
+                        "served": sorted(k for k, v in soon.served.items() if v)})
+    done = epoch + 1 >= epochs if epochs else len(batches[-1]["served"]) == 3
+    if done or time.monotonic() > deadline:
+        break
+print(json.dumps({"epochs": epoch + 1, "batches": batches}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("config", "names"),
+    [
+        (None, ("copy_stand_in", "copy_pairs_serial", "copy_pairs")),
+        (DEMO, ("fused_stand_in", "fused_pairs_serial", "fused_pairs")),
+    ],
+)
+def test_stand_in_then_serial_then_parallel_give_a_warm_runs_batches(
+    tmp_path: Path, config: dict | None, names: tuple[str, str, str]
+) -> None:
+    """On an empty cache the first batch comes from the numpy stand-in (nothing compiled
+    before it), then the serial kernel, compiled in the background meanwhile, then the
+    parallel one; every batch is byte-identical to a warm run's (the parallel kernel
+    throughout)."""
+    from tests.conftest import write_small_beton
+
+    path, _, _ = write_small_beton(tmp_path, n=256, shape=(3, 16, 16))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["FFCV_PAIRS_CACHE_DIR"] = str(tmp_path / "cache")
+
+    def run(epochs: int) -> tuple[dict, str]:
+        out = subprocess.run(
+            [sys.executable, "-c", CHAIN, str(path), str(epochs), json.dumps(config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+    cold, said = run(0)  # until all three have served
+    served = [b["served"] for b in cold["batches"]]
+    assert served[0] == [names[0]], served[:3]  # the first batch waited for no compile
+    assert served[-1] == sorted(names), served[-1]
+    assert "numpy stand-in" in said, said
+    warm, _ = run(cold["epochs"])
+    assert all(b["served"] == [names[2]] for b in warm["batches"])
+    assert [b["digest"] for b in warm["batches"]] == [b["digest"] for b in cold["batches"]]

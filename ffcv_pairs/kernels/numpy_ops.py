@@ -203,12 +203,17 @@ def _fma32(a: np.ndarray, b: np.ndarray, c: np.float32) -> np.ndarray:
     return s.astype(np.float32)
 
 
-def _fused_contracts() -> bool:
+def _fused_contracts() -> bool | None:
     """Whether numba's target has fused multiply-add (then ``k * x + offset`` in a kernel
-    with ``fastmath={"contract"}`` is one)."""
+    with ``fastmath={"contract"}`` is one); None where this numba does not say (a private
+    attribute: then no stand-in serves, rather than one that might round otherwise)."""
     from numba.core.registry import cpu_target
 
-    return "+fma" in cpu_target.target_context.codegen()._tm_features.split(",")
+    try:
+        features = cpu_target.target_context.codegen()._tm_features
+    except AttributeError:
+        return None
+    return "+fma" in str(features).split(",")
 
 
 def _finish_uint8(x, out, bright, contrast, mean, fma) -> None:
@@ -236,6 +241,8 @@ def fused_stand_in(geo, photo, ops) -> Callable[..., None] | None:
         return None
     maps: dict[tuple, np.ndarray] = {}
     fma = _fused_contracts()
+    if fma is None:
+        return None
 
     def fused_stand_in(batch, mm, outs, stored_a, stored_b, geo, photo, ops, *unused: Any):
         seed, epoch = int(ops.clock[0]), int(ops.clock[1])
@@ -261,14 +268,8 @@ def fused_stand_in(geo, photo, ops) -> Callable[..., None] | None:
                     x = src[np.maximum(index, 0)]
                     fill = np.tile(ops.fills[t][:p], size // p)
                     x[index < 0] = fill[index < 0]
-                bright, contrast = (
-                    _draw(photo, seed, epoch, sid, t)
-                    if ops.photometric
-                    else (
-                        1.0,
-                        1.0,
-                    )
-                )
+                no_draw = (1.0, 1.0)
+                bright, contrast = _draw(photo, seed, epoch, sid, t) if ops.photometric else no_draw
                 chans = (image.planes, p, geo.out_h * geo.out_w * p)
                 mean = -1.0 if photo.contrast > 0 else 0.0
                 if mean < 0.0 and ops.stats_use[t]:

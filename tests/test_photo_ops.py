@@ -124,18 +124,10 @@ def test_color_jitter_over_several_blocks_is_kornias(order: tuple, on: tuple) ->
 def test_color_jitter_is_torchvisions_parts_in_the_given_order(image, order) -> None:
     """kornia's torchvision-style parts composed in ``order`` (the mean of contrast taken on
     the image as the earlier parts left it)."""
-    b, c, s, h = 1.3, 0.6, 1.5, -0.15
-    parts = [
-        lambda x: kornia.enhance.adjust_brightness_accumulative(x, b),
-        lambda x: kornia.enhance.adjust_contrast_with_mean_subtraction(x, c),
-        lambda x: kornia.enhance.adjust_saturation_with_gray_subtraction(x, s),
-        lambda x: kornia.enhance.adjust_hue(x, h * 2 * math.pi),
-    ]
-    ref = kt(image)
-    for k in order:
-        ref = parts[k](ref)
+    factors = (1.3, 0.6, 1.5, -0.15)
+    ref = kornia_jitter(image, order, factors, (1, 1, 1, 1))
     tail = U8 if image.dtype == np.uint8 else F32
-    ours = run(colour.color_jitter, image, jitter(order, (b, c, s, h), (1, 1, 1, 1)), tail)
+    ours = run(colour.color_jitter, image, jitter(order, factors, (1, 1, 1, 1)), tail)
     close(ours, kn(ref, image.dtype), None if image.dtype == np.uint8 else 2e-3)
 
 

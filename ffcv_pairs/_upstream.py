@@ -13,9 +13,9 @@ process (every rank) twice, for an image field this project never reads:
   real ``cv2`` the first time one of its attributes is used.
 
 ``ffcv/pipeline/graph.py`` starts with ``from distutils.log import warn``, and Python
-3.12 has no ``distutils`` (only setuptools brings it back): where it cannot be
-imported, a stand-in ``distutils.log`` whose ``warn`` is ``warnings.warn`` serves that
-one import and is removed at once.
+3.12 has no ``distutils`` (only setuptools brings it back), while 3.11's costs 35 ms of
+every import: unless the process has imported it already, a stand-in ``distutils.log``
+whose ``warn`` is ``warnings.warn`` serves that one import and is removed at once.
 
 And ``ffcv/pipeline/compiler.py`` sets torch's and numba's thread counts to 1
 on import, in the importing thread: both are put back as they were, so
@@ -100,16 +100,16 @@ def stop_type_mutation() -> None:
 
 
 def _distutils_log() -> list[str]:
-    """Put a stand-in ``distutils.log`` in ``sys.modules`` if there is none; the names added."""
-    try:
-        import distutils.log  # noqa: F401
-    except ModuleNotFoundError:
-        package, log = types.ModuleType("distutils"), types.ModuleType("distutils.log")
-        log.warn = warnings.warn  # type: ignore[attr-defined]
-        package.log = log  # type: ignore[attr-defined]
-        sys.modules.update({"distutils": package, "distutils.log": log})
-        return ["distutils", "distutils.log"]
-    return []
+    """Put a stand-in ``distutils.log`` in ``sys.modules`` unless one was imported; the names
+    added."""
+    if "distutils.log" in sys.modules:
+        return []
+    added = [name for name in ("distutils", "distutils.log") if name not in sys.modules]
+    package = sys.modules.get("distutils") or types.ModuleType("distutils")
+    log = types.ModuleType("distutils.log")
+    log.warn = warnings.warn  # type: ignore[attr-defined]
+    sys.modules.update({"distutils": package, "distutils.log": log})
+    return added
 
 
 def import_ffcv() -> None:

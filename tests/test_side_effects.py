@@ -109,3 +109,22 @@ def test_ffcv_imports_where_python_has_no_distutils() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "a warning through the stand-in" in proc.stderr
+
+
+def test_importing_imports_no_distutils_and_keeps_one_already_there() -> None:
+    """3.11's ``distutils`` costs 35 ms of every import: upstream's one ``warn`` comes from
+    the stand-in, and none is left behind; a process that imported ``distutils.log`` first
+    keeps it, and upstream uses the real one."""
+    code = (
+        "import sys\n"
+        "import ffcv_pairs, ffcv.pipeline.graph\n"
+        "assert 'distutils' not in sys.modules and 'distutils.log' not in sys.modules\n"
+    )
+    first = "import distutils.log, sys\nfrom ffcv_pairs._upstream import import_ffcv\n"
+    first += "import_ffcv()\nimport ffcv.pipeline.graph\n"
+    first += "assert ffcv.pipeline.graph.warn is distutils.log.warn\n"
+    for c in (code, first):
+        proc = subprocess.run(
+            [sys.executable, "-c", c], capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]

@@ -30,14 +30,14 @@ from typing import Any
 import numpy as np
 
 from .geometry import PAD_CONSTANT, PAD_EDGE
-from .hashing import OP_BRIGHTNESS, OP_CONTRAST, OP_GEOMETRY
+from .hashing import GOLDEN, OP_BRIGHTNESS, OP_CONTRAST, OP_GEOMETRY
 from .photometric import LUMA
 from .pixels import OUT_UINT8
 
 __all__ = ["copy_stand_in", "fused_stand_in", "mix64", "sample_key", "uniform"]
 
 _M64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
+_GOLDEN = int(GOLDEN)
 
 
 def mix64(x: int) -> int:

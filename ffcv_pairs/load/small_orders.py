@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.hashing import GOLDEN
 from ..kernels.numpy_ops import mix64
 from ..kernels.stand_in import kernel_ready
 
@@ -37,7 +38,7 @@ def twin_or_kernel(twin: Any, kernel: Any, positions: int, *args: Any) -> None:
 
 
 _M64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
+_GOLDEN = int(GOLDEN)
 _ROUNDS = 4
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,6 +102,19 @@ def read_upstream(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             p.append(x.numpy().copy())
     a, b, labels = (np.concatenate(p) for p in parts)
     return a.view(dtypes[0]), b.view(dtypes[1]), labels.reshape(-1)
+
+
+def run_python(
+    code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``python -c code *args`` in a fresh interpreter (``env``: its whole environment, or
+    this one's), its exit status checked: 0, or the tail of its stderr in the failure."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ across thread counts and runs; the checks of their options."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -280,17 +278,9 @@ for options in ({"invert": 0.5}, {"jpeg": 0.5}):
 
 
 def test_only_the_ops_a_pipeline_uses_are_compiled(tmp_path: Path) -> None:
-    out = (
-        subprocess.run(
-            [sys.executable, "-c", NOTHING_NEW, str(tmp_path / "z.beton")],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
-        .stdout.strip()
-        .splitlines()
-    )
+    from tests.conftest import run_python
+
+    out = run_python(NOTHING_NEW, str(tmp_path / "z.beton")).stdout.strip().splitlines()
     assert out[-2:] == ["['invert']", "['jpeg_artefacts', 'invert']"]
 
 

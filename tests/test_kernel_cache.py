@@ -291,21 +291,14 @@ def test_batches_before_and_after_the_parallel_kernel_arrives_are_a_warm_runs(
     """On an empty cache the first batches come from the serial kernel while the parallel one
     compiles in the background; then the loader switches. Every batch, before and after the
     switch, is byte-identical to a warm run's (which uses the parallel kernel throughout)."""
-    from tests.conftest import write_small_beton
+    from tests.conftest import run_python, write_small_beton
 
     path, _, _ = write_small_beton(tmp_path, n=256, shape=(3, 8, 8))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["FFCV_PAIRS_CACHE_DIR"] = str(tmp_path / "cache")
 
     def run(epochs: int) -> tuple[dict, str]:
-        out = subprocess.run(
-            [sys.executable, "-c", SWITCH, str(path), str(epochs)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
+        out = run_python(SWITCH, str(path), str(epochs), env=env, timeout=600)
         return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
     cold, said = run(0)  # until both kernels have served

@@ -6,8 +6,6 @@ counts, batches and epochs; and a loader that uses none of them builds none of t
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -199,17 +197,9 @@ for invert in (0.0, 0.5):
 def test_a_pipeline_without_them_compiles_none_of_them(tmp_path: Path) -> None:
     """In a fresh process: no apply function, no driver and no draw is compiled or loaded
     until a pipeline uses one, and then only what it needs."""
-    out = (
-        subprocess.run(
-            [sys.executable, "-c", NOTHING_NEW, str(tmp_path / "z.beton")],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
-        .stdout.strip()
-        .splitlines()
-    )
+    from tests.conftest import run_python
+
+    out = run_python(NOTHING_NEW, str(tmp_path / "z.beton")).stdout.strip().splitlines()
     assert out[-2:] == ["[] 0", "['invert', 'uniform_rows'] 1"]
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -174,21 +172,14 @@ def test_stand_in_then_serial_then_parallel_give_a_warm_runs_batches(
     before it), then the serial kernel, compiled in the background meanwhile, then the
     parallel one; every batch is byte-identical to a warm run's (the parallel kernel
     throughout)."""
-    from tests.conftest import write_small_beton
+    from tests.conftest import run_python, write_small_beton
 
     path, _, _ = write_small_beton(tmp_path, n=256, shape=(3, 16, 16))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["FFCV_PAIRS_CACHE_DIR"] = str(tmp_path / "cache")
 
     def run(epochs: int) -> tuple[dict, str]:
-        out = subprocess.run(
-            [sys.executable, "-c", CHAIN, str(path), str(epochs), json.dumps(config)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
+        out = run_python(CHAIN, str(path), str(epochs), json.dumps(config), env=env, timeout=600)
         return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
     cold, said = run(0)  # until all three have served

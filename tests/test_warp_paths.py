@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ffcv_pairs.kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, border
+from ffcv_pairs.kernels.numpy_warp import warp_stand_in
 from ffcv_pairs.kernels.warp import warp_bilinear, warp_bilinear_serial
 
 MODES = [PAD_CONSTANT, PAD_REFLECT, PAD_EDGE]
@@ -126,3 +127,34 @@ def test_whole_pixel_moves_copy_what_the_blend_gives(layout, mode) -> None:
         np.testing.assert_array_equal(got, want)
         ref = reference(src[0], m[0], None, size, mode, fill)
         np.testing.assert_array_equal(got[0], ref)
+
+
+@pytest.mark.parametrize("kind", ["affine", "perspective", "displaced", "whole", "far"])
+@pytest.mark.parametrize("layout", [(3, 1), (1, 3), (2, 2)])
+@pytest.mark.parametrize("mode", MODES)
+def test_the_numpy_stand_in_writes_the_kernels_bytes(kind, layout, mode) -> None:
+    """:func:`warp_stand_in` (what serves while the warp compiles) against the serial kernel,
+    byte for byte: random matrices of each kind, a point behind the horizon or absurdly far
+    (the fill), images of one row, one column or one pixel, fills with a fraction (cut by
+    the store), uint8 and float32."""
+    rng = np.random.default_rng([len(kind), *layout, mode])
+    planes, px = layout
+    for h, w in ((9, 12), (1, 7), (6, 1), (1, 1), (2, 2)):
+        n, size = 4, (int(rng.integers(1, 14)), int(rng.integers(1, 30)))
+        src = rng.integers(0, 256, (n, planes, h, w, px)).astype(np.uint8)
+        m = (
+            whole_moves(rng, n, h, w, size)
+            if kind == "whole"
+            else random_matrices(rng, n, kind, h, w)
+        )
+        if kind == "far":
+            m[:, 0, 2] = [2e9, -3e9, 0.0, 1e9][:n]
+            m[2, 1, 1] = 5e8  # far at the bottom rows only
+        if kind == "perspective":
+            m[0, 2, :2] = (0.3, 0.2)  # most of it behind the horizon
+        disp = rng.normal(0, 1.5, (n, *size, 2)) if kind == "displaced" else np.zeros((0, *size, 2))
+        for img, fill in ((src, 127.5), (src, 0.0), ((src / 7).astype(np.float32), 0.3)):
+            got, want = (np.zeros((n, planes, *size, px), img.dtype) for _ in range(2))
+            warp_stand_in(img, got, m, disp, mode, fill, img.dtype == np.uint8)
+            warp_bilinear_serial(img, want, m, disp, mode, fill, img.dtype == np.uint8)
+            assert got.tobytes() == want.tobytes(), (kind, h, w, img.dtype, fill)

@@ -27,6 +27,7 @@ from ..kernels import SharedCompile
 from ..kernels.displacement import elastic_field
 from ..kernels.hashing import WARP_OP_IDS
 from ..kernels.nearest import NearestShape
+from ..kernels.numpy_warp import warp_stand_in
 from ..kernels.stand_in import ParallelSoon
 from ..kernels.warp import warp_bilinear, warp_bilinear_serial, warp_nearest, warp_nearest_serial
 from .axes import ImageAxes
@@ -88,7 +89,9 @@ class Warp(Operation):
     def generate_code(self) -> Callable:
         aug, ax, clock, tag, size = self.aug, self.axes, self.clock, self.tag, self.size
         mode, fill = PAD_MODES[aug.pad_mode], float(aug.fill)
-        serial, parallel = SharedCompile(), ParallelSoon(warp_bilinear, warp_bilinear_serial)
+        # until a kernel is compiled, numpy warps (the same bytes, nothing to compile)
+        parallel = ParallelSoon(warp_bilinear, warp_bilinear_serial, warp_stand_in)
+        serial = ParallelSoon(warp_bilinear_serial, warp_bilinear_serial, warp_stand_in)
         stored = (ax.planes, ax.height, ax.width, ax.pixel)
         shaped = (ax.planes, *size, ax.pixel)
 
@@ -101,7 +104,7 @@ class Warp(Operation):
             mats = warp_matrices(aug, indices, clock, tag, ax.height, ax.width)
             disp = displacements(aug, indices, clock, tag, size)
             rounding = work == np.uint8
-            call = parallel if nb.get_num_threads() > 1 else partial(serial, warp_bilinear_serial)
+            call = parallel if nb.get_num_threads() > 1 else serial
             call(src, out.reshape(n, *shaped), mats, disp, mode, fill, rounding)
             if not direct:
                 dst[:n] = out

@@ -34,7 +34,14 @@ from .hashing import GOLDEN, OP_BRIGHTNESS, OP_CONTRAST, OP_GEOMETRY
 from .photometric import LUMA
 from .pixels import OUT_UINT8
 
-__all__ = ["copy_stand_in", "fused_stand_in", "mix64", "sample_key", "uniform"]
+__all__ = [
+    "border_indices",
+    "copy_stand_in",
+    "fused_stand_in",
+    "mix64",
+    "sample_key",
+    "uniform",
+]
 
 _M64 = (1 << 64) - 1
 _GOLDEN = int(GOLDEN)
@@ -94,7 +101,7 @@ def _placement(geo, seed, epoch, sid, tag, height, width) -> tuple[int, ...]:
     return hflip, vflip, rot, y0, x0
 
 
-def _border(i: np.ndarray, n: int, mode: int) -> np.ndarray:
+def border_indices(i: np.ndarray, n: int, mode: int) -> np.ndarray:
     """:func:`~ffcv_pairs.kernels.geometry.border` of an index array."""
     inside = (i >= 0) & (i < n)
     if mode == PAD_CONSTANT:
@@ -127,8 +134,8 @@ def _index_map(geo, image, place) -> np.ndarray:
         y = oh - 1 - y
     if hflip:
         x = ow - 1 - x
-    sy = _border(y0 + y, image.height, geo.pad_mode)
-    sx = _border(x0 + x, image.width, geo.pad_mode)
+    sy = border_indices(y0 + y, image.height, geo.pad_mode)
+    sx = border_indices(x0 + x, image.width, geo.pad_mode)
     pixel = np.where((sy < 0) | (sx < 0), -1, (sy * image.width + sx) * p)
     plane = image.height * image.width * p
     k = np.arange(image.planes)[:, None, None, None] * plane

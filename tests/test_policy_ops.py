@@ -26,7 +26,7 @@ import torch
 from PIL import Image, ImageEnhance, ImageOps
 
 from ffcv_pairs.augment.policies import magnitude_table, round_applies
-from ffcv_pairs.kernels.policy import POLICY_OPS
+from ffcv_pairs.kernels.policy import POLICY_OPS, nearest_affine
 
 kornia = pytest.importorskip("kornia")
 
@@ -226,3 +226,33 @@ def test_magnitude_tables_are_torchvisions(name: str, bins: int) -> None:
     table = magnitude_table(name, bins, 37, 50)
     for k, (op, ref) in enumerate(definitions(name, bins, 37, 50).items()):
         np.testing.assert_allclose(table[k], ref, rtol=1e-6, atol=1e-6, err_msg=op)
+
+
+@pytest.mark.parametrize("layout", [(3, 1), (1, 3), (2, 2)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_nearest_affine_is_its_definition_a_pixel_at_a_time(layout, dtype) -> None:
+    """The row-at-a-time sampler against its docstring transcribed a pixel at a time:
+    shears and shifts by halves (ties, rounded to even), rotations, maps that leave the
+    image (the fill), planes and interleaved pixels."""
+    rng = np.random.default_rng([*layout, np.dtype(dtype).itemsize])
+    planes, px = layout
+    for trial in range(12):
+        h, w = (int(v) for v in rng.integers(1, 19, 2))
+        image = rng.integers(0, 256, (planes, h, w, px)).astype(dtype)
+        if trial % 2:
+            t = rng.uniform(-3.2, 3.2)
+            c, s = math.cos(t), math.sin(t)
+            m = np.array([c, -s, rng.uniform(-4, w + 4), s, c, rng.uniform(-4, h + 4)])
+        else:  # halves: every source point is a tie
+            m = np.array([1.0, rng.integers(-2, 3) / 2, rng.integers(-6, 6) + 0.5, 0.0, 1.0, 0.5])
+        fill = 9.0
+        want = np.empty_like(image)
+        for y in range(h):
+            for x in range(w):
+                sx = np.rint(m[0] * x + m[1] * y + m[2])
+                sy = np.rint(m[3] * x + m[4] * y + m[5])
+                inside = 0 <= sx <= w - 1 and 0 <= sy <= h - 1
+                want[:, y, x] = image[:, int(sy), int(sx)] if inside else fill
+        got = image.copy()
+        nearest_affine(got, m, fill)
+        np.testing.assert_array_equal(got, want)

@@ -37,19 +37,37 @@ def nearest_affine(image, m, fill):  # pragma: no cover - JIT
     """``image`` (``(planes, height, width, pixel)``) resampled in place: output pixel ``(x,
     y)`` takes the source pixel nearest to ``(m[0] x + m[1] y + m[2], m[3] x + m[4] y + m[5])``
     (indices; rounded half to even, as ``grid_sample``'s nearest mode), or ``fill`` where that
-    pixel is outside the image."""
+    pixel is outside the image.
+
+    A row at a time: its source pixels first, in one branch-free loop that vectorises (the
+    offset of each, 0 where outside, and a flag), then a gather per plane whose reads are
+    unsigned (numba skips its negative-index wrap) and whose fill is a select, not a branch:
+    several times faster than a pixel at a time, the same bytes."""
     planes, height, width, pixel = image.shape
     held = image.copy()
     value = image.dtype.type(fill)
+    src, dst = held.reshape(planes, -1), image.reshape(planes, -1)
+    at, ok = np.empty(width, np.uint64), np.empty(width, np.bool_)
+    right, bottom = width - 1.0, height - 1.0
     for y in range(height):
         for x in range(width):
             sx = np.rint(m[0] * x + m[1] * y + m[2])
             sy = np.rint(m[3] * x + m[4] * y + m[5])
-            inside = 0.0 <= sx <= width - 1.0 and 0.0 <= sy <= height - 1.0
-            ix, iy = (int(sx), int(sy)) if inside else (0, 0)
-            for p in range(planes):
+            inside = (sx >= 0.0) & (sx <= right) & (sy >= 0.0) & (sy <= bottom)
+            ix, iy = np.int64(sx if inside else 0.0), np.int64(sy if inside else 0.0)
+            at[x], ok[x] = np.uint64((iy * width + ix) * pixel), inside
+        start = y * width * pixel
+        for p in range(planes):
+            s, d = src[p], dst[p][start : start + width * pixel]
+            if pixel == 1:  # planes: one value a pixel (LLVM's loop has no inner one)
+                for x in range(width):
+                    v = s[at[x]]
+                    d[x] = v if ok[x] else value
+                continue
+            for x in range(width):
                 for q in range(pixel):
-                    image[p, y, x, q] = held[p, iy, ix, q] if inside else value
+                    v = s[at[x] + np.uint64(q)]
+                    d[x * pixel + q] = v if ok[x] else value
 
 
 @nb.njit(cache=True, nogil=True)

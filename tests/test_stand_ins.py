@@ -32,6 +32,11 @@ CONFIGS: list[dict[str, Any] | None] = [
     dict(crop=[12, 12], crop_padding=30, pad_mode="edge", contrast=0.3, fill=7),
     dict(crop=[8, 8], center=True, brightness=0.5, translate=(2, 3)),
     dict(hflip=0.5, contrast=0.8),
+    # the matrix geometry: the warp's stand-in (kernels/numpy_warp)
+    dict(rotate=180, hflip=0.5, crop=[12, 12], swap=0.5),
+    dict(affine_degrees=20, affine_scale=(0.8, 1.3), affine_shear=10, pad_mode="reflect"),
+    dict(perspective=0.4, pad_mode="edge", fill=9, crop=[10, 14]),
+    dict(elastic=(30.0, 4.0), scale_jitter=(0.7, 1.4), fill=200),
 ]
 
 
@@ -43,7 +48,14 @@ def _both(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     def call(self: stand_in.ParallelSoon, *args: Any) -> None:
         if self.stand_in is None:
             return self._call(self.parallel, *args)
-        outs = args[4:6] if self.serial.__name__.startswith("copy") else tuple(args[2])
+        name = self.serial.__name__
+        outs = (
+            args[4:6]
+            if name.startswith("copy")
+            else args[1:2]
+            if "warp" in name
+            else tuple(args[2])
+        )
         self._call(self.serial, *args)
         want = [o.copy() for o in outs]
         for o in outs:
@@ -61,8 +73,9 @@ def test_the_stand_ins_write_the_kernels_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: tuple[int, ...]
 ) -> None:
     """Flips, quarter turns, padded crops of every padding mode, brightness and contrast
-    (per image and paired, means from the stored statistics and from the pixels), and the
-    plain copy, CHW and HWC: the stand-in's batches are the serial kernel's."""
+    (per image and paired, means from the stored statistics and from the pixels), the plain
+    copy, and the matrix geometry's warp (rotations, affines, perspectives, elastic fields),
+    CHW and HWC: the stand-in's batches are the serial kernel's."""
     from tests.conftest import write_small_beton
 
     path, _, _ = write_small_beton(tmp_path, n=200, shape=layout)
@@ -190,3 +203,56 @@ def test_stand_in_then_serial_then_parallel_give_a_warm_runs_batches(
     warm, _ = run(cold["epochs"])
     assert all(b["served"] == [names[2]] for b in warm["batches"])
     assert [b["digest"] for b in warm["batches"]] == [b["digest"] for b in cold["batches"]]
+
+
+@pytest.mark.parametrize("layout", [(3, 1), (1, 3), (1, 1)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_the_colour_jitter_stand_in_writes_the_kernels_bytes(layout, dtype) -> None:
+    """:func:`color_jitter_stand_in` against :func:`color_jitter`: every order of the four
+    parts, any of them on, factors across their ranges, images of more than one block of
+    the kernel (1,024 pixels) and of a ragged last lane of its sums (not a multiple of 64
+    pixels), planes and interleaved channels, uint8 and float32 with a value range."""
+    from ffcv_pairs.kernels.colour import color_jitter
+    from ffcv_pairs.kernels.numpy_colour import color_jitter_stand_in
+
+    rng = np.random.default_rng([*layout, np.dtype(dtype).itemsize])
+    for h, w in ((37, 41), (1, 1), (64, 16), (5, 300)):
+        image = rng.integers(0, 256, (layout[0], h, w, layout[1])).astype(dtype)
+        tail = (0.0, 255.0, 1.0) if dtype == np.uint8 else (-0.5, 300.0, 0.0)
+        for _ in range(12):
+            on = rng.integers(0, 2, 4) if layout != (1, 1) else np.array([1, 1, 0, 0])
+            factors = [*rng.uniform(0.0, 2.0, 3), rng.uniform(-0.5, 0.5)]
+            params = np.array([*rng.permutation(4), *factors, *on, *tail], dtype=np.float64)
+            got, want = image.copy(), image.copy()
+            color_jitter_stand_in(got, params, 0)
+            color_jitter(want, params, 0)
+            assert got.tobytes() == want.tobytes(), (h, w, params)
+
+
+def test_a_drawn_step_runs_its_twin_until_its_apply_is_compiled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the jitter's apply is not compiled, :func:`apply_photo_steps` runs the numpy
+    twin on each image, then the kernel: the same batch either way."""
+    from ffcv_pairs.augment import photo_ops
+
+    aug = PairAugment(color_jitter=(0.4, 0.4, 0.4, 0.1), color_jitter_paired=False)
+    steps = photo_ops.photo_steps(aug, 3, "uint8", "A")
+    assert [s.name for s in steps] == ["color_jitter"], steps
+    twin, serves = photo_ops._STAND_INS[steps[0].apply]
+    calls = []
+    monkeypatch.setitem(
+        photo_ops._STAND_INS, steps[0].apply, (lambda *a: (calls.append(1), twin(*a)), serves)
+    )
+    rng = np.random.default_rng(3)
+    view = rng.integers(0, 256, (6, 3, 20, 30, 1)).astype(np.uint8)
+    clock, ids, tail = np.array([11, 2]), np.arange(6), photo_ops.value_range("uint8", aug)
+    outs = []
+    for ready in (False, True):
+        monkeypatch.setattr(photo_ops, "types_ready", lambda *a, r=ready, **k: r)
+        out = view.copy()
+        photo_ops.apply_photo_steps(out, ids, clock, steps, tail, 1)
+        outs.append(out)
+    assert len(calls) == 6  # the twin served every image of the first batch, none after
+    assert not np.array_equal(outs[0], view)
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -30,7 +30,9 @@ from ..kernels.drawn_driver import drawn_op_kernel
 from ..kernels.erasing import erase
 from ..kernels.hashing import PHOTO_OP_IDS, uniform_rows
 from ..kernels.jpeg_artefacts import jpeg_artefacts
+from ..kernels.numpy_colour import color_jitter_stand_in, serves_color_jitter
 from ..kernels.sharpness import sharpness
+from ..kernels.stand_in import types_ready
 from ..kernels.tones import autocontrast, equalize, gamma, invert, posterize, solarize
 from ..kernels.user_driver import user_op_signature
 from .erasing_boxes import ERASING_UNIFORMS, erasing_draw
@@ -51,6 +53,11 @@ __all__ = [
 RGB_OPS = ("saturation", "hue", "grayscale")
 #: The dtypes the ops work on (float16 reaches them as float32).
 WORK_DTYPES = ("uint8", "float32")
+#: apply -> (its numpy twin, whether the twin takes one sample's shape): what serves while
+#: the apply compiles (the jitter's is the largest compile of the drawn ops).
+_STAND_INS: dict[Any, tuple[Callable, Callable[[tuple[int, ...]], bool]]] = {
+    color_jitter: (color_jitter_stand_in, serves_color_jitter),
+}
 
 
 @dataclass(frozen=True)
@@ -250,14 +257,26 @@ def value_range(work: str, aug: Any) -> tuple[float, float, float]:
     return float(low), float(high), 0.0
 
 
+def _stand_in(step: PhotoStep, view_shape: tuple[int, ...] | None = None) -> Any:
+    """The numpy twin of ``step``'s apply (the same bytes, nothing to compile), or None: it
+    has none, or none for images of ``view_shape`` (one sample's)."""
+    twin = _STAND_INS.get(step.apply)
+    if twin is None or (view_shape is not None and not twin[1](view_shape)):
+        return None
+    return twin[0]
+
+
 def compile_steps(steps: tuple[PhotoStep, ...], work: str) -> None:
     """Compile (or load from the disk cache) the apply functions of ``steps`` and the
-    driver, for images of dtype ``work``."""
+    driver, for images of dtype ``work``; an apply with a numpy twin that is not compiled
+    yet compiles in the background instead, while the twin serves
+    (:func:`apply_photo_steps`)."""
     if not steps:
         return
     sig = user_op_signature(work)
     for step in steps:
-        step.apply.compile(sig.args)
+        if _stand_in(step) is None or types_ready(step.apply, sig.args, quiet=False):
+            step.apply.compile(sig.args)
     drawn_op_kernel(work)
 
 
@@ -271,7 +290,8 @@ def apply_photo_steps(
 ) -> None:
     """Run ``steps`` in order, in place, on ``view`` (``(batch, planes, height, width,
     pixel)``, C-contiguous), sample ``i`` being ``ids[i]``, on field ``tag``; ``tail``: the
-    :func:`value_range` every row ends with.
+    :func:`value_range` every row ends with. A step whose apply is still compiling in the
+    background (see :func:`compile_steps`) runs its numpy twin on each image.
 
     Raises:
         RuntimeError: an apply marked its sample failed (set its row's first value, the
@@ -280,6 +300,7 @@ def apply_photo_steps(
     if not steps:
         return
     kernel, threads = drawn_op_kernel(view.dtype.name), nb.get_num_threads()
+    sig = user_op_signature(view.dtype.name)
     keys = np.array(ids, dtype=np.int64)
     for step in (s for s in steps if tag in s.tags):
         u = uniform_rows(keys, clock, step.op, 0 if step.paired else tag, step.uniforms)
@@ -287,7 +308,12 @@ def apply_photo_steps(
         params = np.ascontiguousarray(
             np.column_stack([rows, np.tile(np.array(tail), (len(keys), 1))]), dtype=np.float64
         )
-        kernel(step.apply, view, params, tag, threads)
+        twin = _stand_in(step, view.shape[1:])
+        if twin is not None and not types_ready(step.apply, sig.args, quiet=False):
+            for image, row in zip(view, params):
+                twin(image, row, tag)
+        else:
+            kernel(step.apply, view, params, tag, threads)
         if (failed := np.flatnonzero(params[:, 0] < 0)).size:  # an apply's failure mark
             raise RuntimeError(
                 f"augment {step.name}: failed on sample {int(keys[failed[0]])} of field {tag} "

@@ -32,13 +32,20 @@ from typing import Any
 
 from ._cache import SharedCompile, announce, compile_lock, is_cached
 
-__all__ = ["ParallelSoon", "compile_pending", "kernel_ready", "settled", "wait_for_compiles"]
+__all__ = [
+    "ParallelSoon",
+    "compile_pending",
+    "kernel_ready",
+    "settled",
+    "types_ready",
+    "wait_for_compiles",
+]
 
 _PENDING: list[tuple[_Compile, threading.Event | None]] = []
 _PENDING_LOCK = threading.Lock()
 _COMPILERS: list[threading.Thread] = []  # the background threads compile_pending started
 _LIVE: weakref.WeakSet[ParallelSoon] = weakref.WeakSet()  # every ParallelSoon not yet freed
-_QUIET: set[tuple[Any, tuple]] = set()  # the kernels kernel_ready queued
+_QUEUED: set[tuple[Any, tuple]] = set()  # the kernels types_ready queued
 
 
 class _Compile:
@@ -145,16 +152,22 @@ def kernel_ready(kernel: Any, *args: Any) -> bool:
         types = tuple(kernel.typeof_pyval(a) for a in args)
     except Exception:  # numba cannot type an argument: the kernel's call says why
         return True
+    return types_ready(kernel, types)
+
+
+def types_ready(kernel: Any, types: tuple, quiet: bool = True) -> bool:
+    """:func:`kernel_ready` for argument ``types``; ``quiet=False``: the queued compile says
+    so once, as a stand-in's does (the drawn ops' numpy twins of ``augment/photo_ops``)."""
     if types in kernel.overloads:
         return True
     with _PENDING_LOCK:
-        if (kernel, types) in _QUIET:
+        if (kernel, types) in _QUEUED:
             return False
     if is_cached(kernel, types):
         return True
     with _PENDING_LOCK:
-        _QUIET.add((kernel, types))
-    _queue(_Compile(kernel, types, stand_in=True, quiet=True))
+        _QUEUED.add((kernel, types))
+    _queue(_Compile(kernel, types, stand_in=True, quiet=quiet))
     return False
 
 

@@ -153,10 +153,14 @@ def _saturate(work, a, b, factor):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True)
 def _hue(work, a, b, shift):  # pragma: no cover - JIT
-    """Hue: each pixel's HSV hue plus ``shift`` turns, branch-free (see the module)."""
+    """Hue: each pixel's HSV hue plus ``shift`` turns, branch-free (see the module).
+
+    ``spread * clamp(w, 0, 1)`` is spelled ``min(spread * max(w, 0), spread)``: the same value
+    (rounding is monotone and ``spread >= 0``), where LLVM turns ``min(w, 1.0)`` times
+    ``spread`` into a compare and a blend after the product, one instruction more."""
     r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
     turn = np.float32(6.0 * shift)
-    zero, one, four = np.float32(0.0), np.float32(1.0), np.float32(4.0)
+    zero, four = np.float32(0.0), np.float32(4.0)
     six, sixth = np.float32(6.0), np.float32(1.0 / 6.0)
     for j in range(len(r)):
         x, y, z = r[j], g[j], bl[j]
@@ -165,17 +169,17 @@ def _hue(work, a, b, shift):  # pragma: no cover - JIT
         # torchvision's cases: R largest first, then G, then B
         num = y - z if v == x else (z - x if v == y else x - y)
         base = zero if v == x else (np.float32(2.0) if v == y else np.float32(4.0))
-        h = base + num / (spread if spread > zero else one) + turn
+        h = base + num / (spread if spread > zero else np.float32(1.0)) + turn
         # channel n (R 5, G 3, B 1): v - spread * clamp(min(k, 4 - k), 0, 1), k = (n + h) mod 6
         k = h + np.float32(5.0)
         k = k - six * np.floor(k * sixth)
-        r[j] = v - spread * min(max(min(k, four - k), zero), one)
+        r[j] = v - min(spread * max(min(k, four - k), zero), spread)
         k = h + np.float32(3.0)
         k = k - six * np.floor(k * sixth)
-        g[j] = v - spread * min(max(min(k, four - k), zero), one)
-        k = h + one
+        g[j] = v - min(spread * max(min(k, four - k), zero), spread)
+        k = h + np.float32(1.0)
         k = k - six * np.floor(k * sixth)
-        bl[j] = v - spread * min(max(min(k, four - k), zero), one)
+        bl[j] = v - min(spread * max(min(k, four - k), zero), spread)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba.core import types
+from numba.extending import overload
 
 from .lanes import _stored
 
@@ -41,20 +43,37 @@ _BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1
 _LANES = 64  # partial sums of the contrast mean
 
 
+def _is_bytes(image):  # pragma: no cover - typed by the overload below
+    """Whether ``image`` holds uint8 values: a constant of the compiled code."""
+    raise NotImplementedError("only callable from jitted code")
+
+
+@overload(_is_bytes, jit_options={"nogil": True})
+def _is_bytes_overload(image):
+    flag = image.dtype == types.uint8
+    return lambda image: flag
+
+
 @nb.njit(cache=True, nogil=True)
 def _load(image, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
     """``work[c, w0 + i]``: pixel ``j0 + i`` (up to ``j1``) of channel ``c`` of ``image`` as
-    ``t = (x - low) / (high - low)``, float32."""
+    ``t = (x - low) / (high - low)``, float32 (``x - 0`` is ``x``: no subtraction)."""
     planes, height, width, pixel = image.shape
     flat = image.reshape(planes, height * width * pixel)
     base, scale = np.float32(low), np.float32(1.0 / (high - low))
     if pixel == 3:  # RGB interleaved: the three channels in one loop (vectorised)
         src = flat[0][j0 * 3 : j1 * 3]
         r, g, b = work[0][w0 : w0 + j1 - j0], work[1][w0 : w0 + j1 - j0], work[2][w0 : w0 + j1 - j0]
-        for i in range(len(r)):
-            r[i] = (np.float32(src[3 * i]) - base) * scale
-            g[i] = (np.float32(src[3 * i + 1]) - base) * scale
-            b[i] = (np.float32(src[3 * i + 2]) - base) * scale
+        if base == 0.0:
+            for i in range(len(r)):
+                r[i] = np.float32(src[3 * i]) * scale
+                g[i] = np.float32(src[3 * i + 1]) * scale
+                b[i] = np.float32(src[3 * i + 2]) * scale
+        else:
+            for i in range(len(r)):
+                r[i] = (np.float32(src[3 * i]) - base) * scale
+                g[i] = (np.float32(src[3 * i + 1]) - base) * scale
+                b[i] = (np.float32(src[3 * i + 2]) - base) * scale
         return
     for c in range(planes * pixel):
         # slices, and loops from 0: numba checks a signed index for wraparound, and LLVM
@@ -62,8 +81,12 @@ def _load(image, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
         dst, q = work[c][w0 : w0 + j1 - j0], c % pixel
         if pixel == 1:
             src = flat[c][j0:j1]
-            for i in range(len(dst)):
-                dst[i] = (np.float32(src[i]) - base) * scale
+            if base == 0.0:
+                for i in range(len(dst)):
+                    dst[i] = np.float32(src[i]) * scale
+            else:
+                for i in range(len(dst)):
+                    dst[i] = (np.float32(src[i]) - base) * scale
         else:
             src = flat[0][j0 * pixel : j1 * pixel]
             for i in range(len(dst)):
@@ -73,25 +96,39 @@ def _load(image, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
 @nb.njit(cache=True, nogil=True)
 def _store(work, w0, image, j0, j1, low, high, rounds):  # pragma: no cover - JIT
     """Pixels ``j0..j1`` of ``image``'s channels from ``work[:, w0:]``: ``low + span * t``,
-    rounded half up when ``rounds``, clamped to ``[low, high]``."""
+    rounded half up when ``rounds``, clamped to ``[low, high]``.
+
+    uint8 images of the range ``[0, 255]``: every value of the work array lies in ``[0, 1]``
+    (the load's ``x / 255`` does, each part keeps it there), so ``255 * t`` needs no clamp
+    and no ``0 +``; the other images take the general path."""
     planes, height, width, pixel = image.shape
     flat = image.reshape(planes, height * width * pixel)
     base, span = np.float32(low), np.float32(high - low)
     # uint8: clamped, then + 1/2 and cut toward zero by the cast (floor(v + 1/2), as v >= 0);
     # the cast goes through int32 (_stored), which LLVM vectorises with fewer shuffles
     top, half = np.float32(high), np.float32(0.5 if rounds else 0.0)
+    unit = _is_bytes(image) and rounds and low == 0.0 and high == 255.0
     if pixel == 3:  # RGB interleaved: the three channels in one loop (vectorised)
         dst = flat[0][j0 * 3 : j1 * 3]
         r, g, b = work[0][w0 : w0 + j1 - j0], work[1][w0 : w0 + j1 - j0], work[2][w0 : w0 + j1 - j0]
-        for i in range(len(r)):
-            dst[3 * i] = _stored(min(max(base + span * r[i], base), top) + half, dst)
-            dst[3 * i + 1] = _stored(min(max(base + span * g[i], base), top) + half, dst)
-            dst[3 * i + 2] = _stored(min(max(base + span * b[i], base), top) + half, dst)
+        if unit:
+            for i in range(len(r)):
+                dst[3 * i] = _stored(span * r[i] + half, dst)
+                dst[3 * i + 1] = _stored(span * g[i] + half, dst)
+                dst[3 * i + 2] = _stored(span * b[i] + half, dst)
+        else:
+            for i in range(len(r)):
+                dst[3 * i] = _stored(min(max(base + span * r[i], base), top) + half, dst)
+                dst[3 * i + 1] = _stored(min(max(base + span * g[i], base), top) + half, dst)
+                dst[3 * i + 2] = _stored(min(max(base + span * b[i], base), top) + half, dst)
         return
     for c in range(planes * pixel):
         src, q = work[c][w0 : w0 + j1 - j0], c % pixel
         dst = flat[c // pixel][j0 * pixel : j1 * pixel]
-        if pixel == 1:
+        if pixel == 1 and unit:
+            for i in range(len(src)):
+                dst[i] = _stored(span * src[i] + half, dst)
+        elif pixel == 1:
             for i in range(len(src)):
                 dst[i] = _stored(min(max(base + span * src[i], base), top) + half, dst)
         else:
@@ -105,11 +142,13 @@ def _add_sums(work, a, b, sums):  # pragma: no cover - JIT
     with ``j - a`` = ``k`` modulo ``_LANES``: partial sums in an order fixed by the code (the
     same on every run) that LLVM vectorises, where one running sum would wait on each add."""
     for c in range(work.shape[0]):
-        acc = sums[c]
-        for j in range(a, b, _LANES):
-            seg = work[c][j : min(j + _LANES, b)]
-            for k in range(len(seg)):
-                acc[k] += seg[k]
+        acc, row = sums[c], work[c][a:b]  # two slices a channel, none a row of 64 (each costs)
+        full = len(row) - len(row) % _LANES
+        for j in range(0, full, _LANES):
+            for k in range(_LANES):
+                acc[k] += row[j + k]
+        for k in range(len(row) - full):
+            acc[k] += row[full + k]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -133,8 +172,12 @@ def _scale(work, a, b, factor, mean):  # pragma: no cover - JIT
     zero, one = np.float32(0.0), np.float32(1.0)
     for c in range(work.shape[0]):
         row = work[c][a:b]
-        for j in range(len(row)):
-            row[j] = min(max(f * row[j] + add, zero), one)
+        if add == 0.0:  # brightness: f * t + 0 is f * t (or -0 for +0: the same after the clamp)
+            for j in range(len(row)):
+                row[j] = min(max(f * row[j], zero), one)
+        else:
+            for j in range(len(row)):
+                row[j] = min(max(f * row[j] + add, zero), one)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -251,7 +251,8 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     A block of pixels at a time: without contrast, each block is loaded, jittered and stored
     while it sits in L1. Contrast needs the mean of the image as the parts before it leave it:
     the blocks go through those parts into a work array of the whole image, summed on the way,
-    then through contrast and the rest."""
+    then through contrast and the rest (no part before it: the blocks are loaded and summed,
+    then loaded again)."""
     if params[8] == 0.0 and params[9] == 0.0 and params[10] == 0.0 and params[11] == 0.0:
         return
     low, high, rounds = params[-3], params[-2], params[-1] != 0.0
@@ -261,20 +262,25 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     for k in range(4):
         if int(params[k]) == 1 and params[9] != 0.0:
             split = k
-    whole = split < 4  # a work array of the whole image, and two passes
+    ahead = False  # a part on before contrast
+    for k in range(split):
+        ahead = ahead or params[8 + int(params[k])] != 0.0
+    # a work array of the whole image where parts come before contrast; where none does, the
+    # second pass loads the image again (cheaper than writing and reading the whole array)
+    whole = ahead
     work = np.empty((channels, n if whole else _BLOCK), np.float32)
     sums = np.zeros((channels, _LANES), np.float64)
     mean = 0.0
     # one call site a helper (each inlined once: compile time), in one or two passes
-    for phase in range(2 if whole else 1):
+    for phase in range(2 if split < 4 else 1):
         first, last = (split, 4) if phase == 1 else (0, split)
         for j0 in range(0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
             w0 = j0 if whole else 0
-            if phase == 0:
+            if phase == 0 or not whole:
                 _load(image, j0, j1, work, w0, low, high)
             _parts(work, w0, w0 + j1 - j0, params, first, last, mean)
-            if whole and phase == 0:
+            if split < 4 and phase == 0:
                 _add_sums(work, w0, w0 + j1 - j0, sums)
             else:
                 _store(work, w0, image, j0, j1, low, high, rounds)

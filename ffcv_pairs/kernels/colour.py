@@ -181,6 +181,17 @@ def _scale(work, a, b, factor, mean):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
+def _contrast_into(src, w0, dst, count, factor, mean):  # pragma: no cover - JIT
+    """Contrast (as :func:`_scale`) of ``src[:, w0:w0 + count]`` into ``dst[:, :count]``."""
+    f, add = np.float32(factor), np.float32((1.0 - factor) * mean)
+    zero, one = np.float32(0.0), np.float32(1.0)
+    for c in range(src.shape[0]):
+        row, out = src[c][w0 : w0 + count], dst[c][:count]
+        for j in range(len(out)):
+            out[j] = min(max(f * row[j] + add, zero), one)
+
+
+@nb.njit(cache=True, nogil=True)
 def _saturate(work, a, b, factor):  # pragma: no cover - JIT
     """Saturation: ``clamp(factor * t + (1 - factor) * gray)`` per pixel."""
     r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
@@ -269,6 +280,9 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     # second pass loads the image again (cheaper than writing and reading the whole array)
     whole = ahead
     work = np.empty((channels, n if whole else _BLOCK), np.float32)
+    # the second pass of a whole array: contrast reads it and writes a block that stays in L1
+    # (written back in place, the whole array's lines would go back to L2 dirty)
+    block = np.empty((channels, _BLOCK if whole else 0), np.float32)
     sums = np.zeros((channels, _LANES), np.float64)
     mean = 0.0
     # one call site a helper (each inlined once: compile time), in one or two passes
@@ -276,6 +290,11 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
         first, last = (split, 4) if phase == 1 else (0, split)
         for j0 in range(0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
+            if phase == 1 and whole:
+                _contrast_into(work, j0, block, j1 - j0, params[5], mean)
+                _parts(block, 0, j1 - j0, params, split + 1, 4, mean)
+                _store(block, 0, image, j0, j1, low, high, rounds)
+                continue
             w0 = j0 if whole else 0
             if phase == 0 or not whole:
                 _load(image, j0, j1, work, w0, low, high)

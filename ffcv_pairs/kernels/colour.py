@@ -30,8 +30,6 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from .lanes import _stored
-
 __all__ = ["JITTER_PARTS", "channel_shuffle", "color_jitter", "grayscale"]
 
 #: The parts of a colour jitter, by the index its drawn order names them with.
@@ -61,19 +59,13 @@ def _load(image, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
     planes, height, width, pixel = image.shape
     flat = image.reshape(planes, height * width * pixel)
     base, scale = np.float32(low), np.float32(1.0 / (high - low))
-    if pixel == 3:  # RGB interleaved: the three channels in one loop (vectorised)
+    if pixel == 3 and base == 0.0:  # RGB interleaved: three channels a loop (vectorised)
         src = flat[0][j0 * 3 : j1 * 3]
         r, g, b = work[0][w0 : w0 + j1 - j0], work[1][w0 : w0 + j1 - j0], work[2][w0 : w0 + j1 - j0]
-        if base == 0.0:
-            for i in range(len(r)):
-                r[i] = np.float32(src[3 * i]) * scale
-                g[i] = np.float32(src[3 * i + 1]) * scale
-                b[i] = np.float32(src[3 * i + 2]) * scale
-        else:
-            for i in range(len(r)):
-                r[i] = (np.float32(src[3 * i]) - base) * scale
-                g[i] = (np.float32(src[3 * i + 1]) - base) * scale
-                b[i] = (np.float32(src[3 * i + 2]) - base) * scale
+        for i in range(len(r)):
+            r[i] = np.float32(src[3 * i]) * scale
+            g[i] = np.float32(src[3 * i + 1]) * scale
+            b[i] = np.float32(src[3 * i + 2]) * scale
         return
     for c in range(planes * pixel):
         # slices, and loops from 0: numba checks a signed index for wraparound, and LLVM
@@ -105,35 +97,29 @@ def _store(work, w0, image, j0, j1, low, high, rounds):  # pragma: no cover - JI
     flat = image.reshape(planes, height * width * pixel)
     base, span = np.float32(low), np.float32(high - low)
     # uint8: clamped, then + 1/2 and cut toward zero by the cast (floor(v + 1/2), as v >= 0);
-    # the cast goes through int32 (_stored), which LLVM vectorises with fewer shuffles
+    # on the uint8 path the cast goes through int32, which LLVM packs with fewer shuffles
     top, half = np.float32(high), np.float32(0.5 if rounds else 0.0)
     unit = _is_bytes(image) and rounds and low == 0.0 and high == 255.0
-    if pixel == 3:  # RGB interleaved: the three channels in one loop (vectorised)
+    if pixel == 3 and unit:  # RGB interleaved: three channels a loop (vectorised)
         dst = flat[0][j0 * 3 : j1 * 3]
         r, g, b = work[0][w0 : w0 + j1 - j0], work[1][w0 : w0 + j1 - j0], work[2][w0 : w0 + j1 - j0]
-        if unit:
-            for i in range(len(r)):
-                dst[3 * i] = _stored(span * r[i] + half, dst)
-                dst[3 * i + 1] = _stored(span * g[i] + half, dst)
-                dst[3 * i + 2] = _stored(span * b[i] + half, dst)
-        else:
-            for i in range(len(r)):
-                dst[3 * i] = _stored(min(max(base + span * r[i], base), top) + half, dst)
-                dst[3 * i + 1] = _stored(min(max(base + span * g[i], base), top) + half, dst)
-                dst[3 * i + 2] = _stored(min(max(base + span * b[i], base), top) + half, dst)
+        for i in range(len(r)):
+            dst[3 * i] = np.int32(span * r[i] + half)
+            dst[3 * i + 1] = np.int32(span * g[i] + half)
+            dst[3 * i + 2] = np.int32(span * b[i] + half)
         return
     for c in range(planes * pixel):
         src, q = work[c][w0 : w0 + j1 - j0], c % pixel
         dst = flat[c // pixel][j0 * pixel : j1 * pixel]
         if pixel == 1 and unit:
             for i in range(len(src)):
-                dst[i] = _stored(span * src[i] + half, dst)
+                dst[i] = np.int32(span * src[i] + half)
         elif pixel == 1:
             for i in range(len(src)):
-                dst[i] = _stored(min(max(base + span * src[i], base), top) + half, dst)
+                dst[i] = min(max(base + span * src[i], base), top) + half
         else:
             for i in range(len(src)):
-                dst[i * pixel + q] = _stored(min(max(base + span * src[i], base), top) + half, dst)
+                dst[i * pixel + q] = min(max(base + span * src[i], base), top) + half
 
 
 @nb.njit(cache=True, nogil=True)
@@ -178,17 +164,6 @@ def _scale(work, a, b, factor, mean):  # pragma: no cover - JIT
         else:
             for j in range(len(row)):
                 row[j] = min(max(f * row[j] + add, zero), one)
-
-
-@nb.njit(cache=True, nogil=True)
-def _contrast_into(src, w0, dst, count, factor, mean):  # pragma: no cover - JIT
-    """Contrast (as :func:`_scale`) of ``src[:, w0:w0 + count]`` into ``dst[:, :count]``."""
-    f, add = np.float32(factor), np.float32((1.0 - factor) * mean)
-    zero, one = np.float32(0.0), np.float32(1.0)
-    for c in range(src.shape[0]):
-        row, out = src[c][w0 : w0 + count], dst[c][:count]
-        for j in range(len(out)):
-            out[j] = min(max(f * row[j] + add, zero), one)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -280,9 +255,6 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     # second pass loads the image again (cheaper than writing and reading the whole array)
     whole = ahead
     work = np.empty((channels, n if whole else _BLOCK), np.float32)
-    # the second pass of a whole array: contrast reads it and writes a block that stays in L1
-    # (written back in place, the whole array's lines would go back to L2 dirty)
-    block = np.empty((channels, _BLOCK if whole else 0), np.float32)
     sums = np.zeros((channels, _LANES), np.float64)
     mean = 0.0
     # one call site a helper (each inlined once: compile time), in one or two passes
@@ -290,11 +262,6 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
         first, last = (split, 4) if phase == 1 else (0, split)
         for j0 in range(0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
-            if phase == 1 and whole:
-                _contrast_into(work, j0, block, j1 - j0, params[5], mean)
-                _parts(block, 0, j1 - j0, params, split + 1, 4, mean)
-                _store(block, 0, image, j0, j1, low, high, rounds)
-                continue
             w0 = j0 if whole else 0
             if phase == 0 or not whole:
                 _load(image, j0, j1, work, w0, low, high)

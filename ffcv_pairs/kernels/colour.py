@@ -30,6 +30,8 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
+from .hue_lanes import HUE_LANES, hue16
+
 __all__ = ["JITTER_PARTS", "channel_shuffle", "color_jitter", "grayscale"]
 
 #: The parts of a colour jitter, by the index its drawn order names them with.
@@ -37,7 +39,7 @@ JITTER_PARTS = ("brightness", "contrast", "saturation", "hue")
 _R, _G, _B = 0.2989, 0.587, 0.114
 
 
-_BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1
+_BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1; % 16 == 0
 _LANES = 64  # partial sums of the contrast mean
 
 
@@ -182,33 +184,14 @@ def _saturate(work, a, b, factor):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True)
 def _hue(work, a, b, shift):  # pragma: no cover - JIT
-    """Hue: each pixel's HSV hue plus ``shift`` turns, branch-free (see the module).
-
-    ``spread * clamp(w, 0, 1)`` is spelled ``min(spread * max(w, 0), spread)``: the same value
-    (rounding is monotone and ``spread >= 0``), where LLVM turns ``min(w, 1.0)`` times
-    ``spread`` into a compare and a blend after the product, one instruction more."""
-    r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
+    """Hue: each pixel's HSV hue plus ``shift`` turns (:func:`.hue_lanes.hue_pixel`), sixteen
+    pixels a step (:func:`.hue_lanes.hue16`). The last step runs past ``b`` (up to the next
+    multiple of sixteen from ``a``) into columns that :func:`color_jitter` allocates for it and
+    never stores: no tail loop (whose compile cost more than the rest of the hue)."""
+    r, g, bl = work[0], work[1], work[2]
     turn = np.float32(6.0 * shift)
-    zero, four = np.float32(0.0), np.float32(4.0)
-    six, sixth = np.float32(6.0), np.float32(1.0 / 6.0)
-    for j in range(len(r)):
-        x, y, z = r[j], g[j], bl[j]
-        v, low = max(x, max(y, z)), min(x, min(y, z))
-        spread = v - low
-        # torchvision's cases: R largest first, then G, then B
-        num = y - z if v == x else (z - x if v == y else x - y)
-        base = zero if v == x else (np.float32(2.0) if v == y else np.float32(4.0))
-        h = base + num / (spread if spread > zero else np.float32(1.0)) + turn
-        # channel n (R 5, G 3, B 1): v - spread * clamp(min(k, 4 - k), 0, 1), k = (n + h) mod 6
-        k = h + np.float32(5.0)
-        k = k - six * np.floor(k * sixth)
-        r[j] = v - min(spread * max(min(k, four - k), zero), spread)
-        k = h + np.float32(3.0)
-        k = k - six * np.floor(k * sixth)
-        g[j] = v - min(spread * max(min(k, four - k), zero), spread)
-        k = h + np.float32(1.0)
-        k = k - six * np.floor(k * sixth)
-        bl[j] = v - min(spread * max(min(k, four - k), zero), spread)
+    for j in range(a, b, HUE_LANES):
+        hue16(r, g, bl, j, turn)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -254,7 +237,8 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     # a work array of the whole image where parts come before contrast; where none does, the
     # second pass loads the image again (cheaper than writing and reading the whole array)
     whole = ahead
-    work = np.empty((channels, n if whole else _BLOCK), np.float32)
+    # columns up to a multiple of HUE_LANES: the hue's last step runs into them (see _hue)
+    work = np.empty((channels, -(-n // HUE_LANES) * HUE_LANES if whole else _BLOCK), np.float32)
     sums = np.zeros((channels, _LANES), np.float64)
     mean = 0.0
     # one call site a helper (each inlined once: compile time), in one or two passes

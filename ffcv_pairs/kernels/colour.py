@@ -55,73 +55,74 @@ def _is_bytes_overload(image):
 
 
 @nb.njit(cache=True, nogil=True)
-def _load(image, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
-    """``work[c, w0 + i]``: pixel ``j0 + i`` (up to ``j1``) of channel ``c`` of ``image`` as
-    ``t = (x - low) / (high - low)``, float32 (``x - 0`` is ``x``: no subtraction)."""
-    planes, height, width, pixel = image.shape
-    flat = image.reshape(planes, height * width * pixel)
-    base, scale = np.float32(low), np.float32(1.0 / (high - low))
-    if pixel == 3 and base == 0.0:  # RGB interleaved: three channels a loop (vectorised)
-        src = flat[0][j0 * 3 : j1 * 3]
-        r, g, b = work[0][w0 : w0 + j1 - j0], work[1][w0 : w0 + j1 - j0], work[2][w0 : w0 + j1 - j0]
-        for i in range(len(r)):
-            r[i] = np.float32(src[3 * i]) * scale
-            g[i] = np.float32(src[3 * i + 1]) * scale
-            b[i] = np.float32(src[3 * i + 2]) * scale
+def _load(flat, pixel, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
+    """``work[c, w0 + i]``: pixel ``j0 + i`` (up to ``j1``) of channel ``c`` of the image
+    ``flat`` (``(planes, height * width * pixel)``) as ``t = (x - low) / (high - low)``,
+    float32 (``x - 0`` is ``x``: no subtraction).
+
+    The image is read by index, never sliced: a slice holds a reference to the batch, an
+    atomic count that every loader thread shares (see docs/augmentation.md). The indices are
+    known not negative (the guard), so numba's wraparound check goes and LLVM vectorises."""
+    if j0 < 0 or w0 < 0 or j1 * pixel > flat.shape[1]:
         return
-    for c in range(planes * pixel):
-        # slices, and loops from 0: numba checks a signed index for wraparound, and LLVM
-        # drops the check (and vectorises) only where it sees the index is not negative
-        dst, q = work[c][w0 : w0 + j1 - j0], c % pixel
-        if pixel == 1:
-            src = flat[c][j0:j1]
-            if base == 0.0:
-                for i in range(len(dst)):
-                    dst[i] = np.float32(src[i]) * scale
-            else:
-                for i in range(len(dst)):
-                    dst[i] = (np.float32(src[i]) - base) * scale
+    base, scale = np.float32(low), np.float32(1.0 / (high - low))
+    count = j1 - j0
+    if pixel == 3 and base == 0.0:  # RGB interleaved: three channels a loop (vectorised)
+        r, g, b = work[0][w0 : w0 + count], work[1][w0 : w0 + count], work[2][w0 : w0 + count]
+        for i in range(count):
+            r[i] = np.float32(flat[0, 3 * (j0 + i)]) * scale
+            g[i] = np.float32(flat[0, 3 * (j0 + i) + 1]) * scale
+            b[i] = np.float32(flat[0, 3 * (j0 + i) + 2]) * scale
+        return
+    for c in range(flat.shape[0] * pixel):
+        dst, q = work[c][w0 : w0 + count], c % pixel
+        if pixel == 1 and base == 0.0:
+            for i in range(count):
+                dst[i] = np.float32(flat[c, j0 + i]) * scale
+        elif pixel == 1:
+            for i in range(count):
+                dst[i] = (np.float32(flat[c, j0 + i]) - base) * scale
         else:
-            src = flat[0][j0 * pixel : j1 * pixel]
-            for i in range(len(dst)):
-                dst[i] = (np.float32(src[i * pixel + q]) - base) * scale
+            for i in range(count):
+                dst[i] = (np.float32(flat[0, (j0 + i) * pixel + q]) - base) * scale
 
 
 @nb.njit(cache=True, nogil=True)
-def _store(work, w0, image, j0, j1, low, high, rounds):  # pragma: no cover - JIT
-    """Pixels ``j0..j1`` of ``image``'s channels from ``work[:, w0:]``: ``low + span * t``,
-    rounded half up when ``rounds``, clamped to ``[low, high]``.
+def _store(work, w0, flat, pixel, j0, j1, low, high, rounds):  # pragma: no cover - JIT
+    """Pixels ``j0..j1`` of the image ``flat``'s channels (as :func:`_load`'s) from
+    ``work[:, w0:]``: ``low + span * t``, rounded half up when ``rounds``, clamped to ``[low,
+    high]``; the image written by index, as :func:`_load` reads it.
 
     uint8 images of the range ``[0, 255]``: every value of the work array lies in ``[0, 1]``
     (the load's ``x / 255`` does, each part keeps it there), so ``255 * t`` needs no clamp
     and no ``0 +``; the other images take the general path."""
-    planes, height, width, pixel = image.shape
-    flat = image.reshape(planes, height * width * pixel)
+    if j0 < 0 or w0 < 0 or j1 * pixel > flat.shape[1]:
+        return
     base, span = np.float32(low), np.float32(high - low)
     # uint8: clamped, then + 1/2 and cut toward zero by the cast (floor(v + 1/2), as v >= 0);
     # on the uint8 path the cast goes through int32, which LLVM packs with fewer shuffles
     top, half = np.float32(high), np.float32(0.5 if rounds else 0.0)
-    unit = _is_bytes(image) and rounds and low == 0.0 and high == 255.0
+    unit = _is_bytes(flat) and rounds and low == 0.0 and high == 255.0
+    count = j1 - j0
     if pixel == 3 and unit:  # RGB interleaved: three channels a loop (vectorised)
-        dst = flat[0][j0 * 3 : j1 * 3]
-        r, g, b = work[0][w0 : w0 + j1 - j0], work[1][w0 : w0 + j1 - j0], work[2][w0 : w0 + j1 - j0]
-        for i in range(len(r)):
-            dst[3 * i] = np.int32(span * r[i] + half)
-            dst[3 * i + 1] = np.int32(span * g[i] + half)
-            dst[3 * i + 2] = np.int32(span * b[i] + half)
+        r, g, b = work[0][w0 : w0 + count], work[1][w0 : w0 + count], work[2][w0 : w0 + count]
+        for i in range(count):
+            flat[0, 3 * (j0 + i)] = np.int32(span * r[i] + half)
+            flat[0, 3 * (j0 + i) + 1] = np.int32(span * g[i] + half)
+            flat[0, 3 * (j0 + i) + 2] = np.int32(span * b[i] + half)
         return
-    for c in range(planes * pixel):
-        src, q = work[c][w0 : w0 + j1 - j0], c % pixel
-        dst = flat[c // pixel][j0 * pixel : j1 * pixel]
+    for c in range(flat.shape[0] * pixel):
+        src, q = work[c][w0 : w0 + count], c % pixel
         if pixel == 1 and unit:
-            for i in range(len(src)):
-                dst[i] = np.int32(span * src[i] + half)
+            for i in range(count):
+                flat[c, j0 + i] = np.int32(span * src[i] + half)
         elif pixel == 1:
-            for i in range(len(src)):
-                dst[i] = min(max(base + span * src[i], base), top) + half
+            for i in range(count):
+                flat[c, j0 + i] = min(max(base + span * src[i], base), top) + half
         else:
-            for i in range(len(src)):
-                dst[i * pixel + q] = min(max(base + span * src[i], base), top) + half
+            for i in range(count):
+                v = min(max(base + span * src[i], base), top) + half
+                flat[c // pixel, (j0 + i) * pixel + q] = v
 
 
 @nb.njit(cache=True, nogil=True)
@@ -227,6 +228,7 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     low, high, rounds = params[-3], params[-2], params[-1] != 0.0
     planes, height, width, pixel = image.shape
     channels, n = planes * pixel, height * width
+    flat = image.reshape(planes, n * pixel)  # the one view of the image (see _load)
     split = 4  # the contrast's place in the order (4: off)
     for k in range(4):
         if int(params[k]) == 1 and params[9] != 0.0:
@@ -248,12 +250,12 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
             j1 = min(n, j0 + _BLOCK)
             w0 = j0 if whole else 0
             if phase == 0 or not whole:
-                _load(image, j0, j1, work, w0, low, high)
+                _load(flat, pixel, j0, j1, work, w0, low, high)
             _parts(work, w0, w0 + j1 - j0, params, first, last, mean)
             if split < 4 and phase == 0:
                 _add_sums(work, w0, w0 + j1 - j0, sums)
             else:
-                _store(work, w0, image, j0, j1, low, high, rounds)
+                _store(work, w0, flat, pixel, j0, j1, low, high, rounds)
         mean = _gray_mean(sums, n)
 
 

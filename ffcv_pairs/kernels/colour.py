@@ -20,7 +20,8 @@ result is stored once. Hue uses the closed form of HSV to RGB: with ``H`` the hu
 of a turn, ``v`` the largest and ``c`` the spread (largest - smallest) of R, G, B, channel
 ``n`` (R: 5, G: 3, B: 1) is ``v - c * clamp(min(k, 4 - k), 0, 1)``, ``k = (n + H) mod 6`` (the
 same function as torchvision's six cases; ``v * s = c``), so the saturation and the case
-index are never formed.
+index are never formed; it runs sixteen pixels a step (:mod:`.hue_lanes`: AVX-512 registers
+where the CPU has them, the same values where it does not).
 """
 
 from __future__ import annotations

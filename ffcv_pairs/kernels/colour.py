@@ -20,13 +20,18 @@ result is stored once. Hue uses the closed form of HSV to RGB: with ``H`` the hu
 of a turn, ``v`` the largest and ``c`` the spread (largest - smallest) of R, G, B, channel
 ``n`` (R: 5, G: 3, B: 1) is ``v - c * clamp(min(k, 4 - k), 0, 1)``, ``k = (n + H) mod 6`` (the
 same function as torchvision's six cases; ``v * s = c``), so the saturation and the case
-index are never formed.
+index are never formed; it runs sixteen pixels a step (:mod:`.hue_lanes`: AVX-512 registers
+where the CPU has them, the same values where it does not).
 """
 
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba.core import types
+from numba.extending import overload
+
+from .hue_lanes import HUE_LANES, hue16
 
 __all__ = ["JITTER_PARTS", "channel_shuffle", "color_jitter", "grayscale"]
 
@@ -35,49 +40,90 @@ JITTER_PARTS = ("brightness", "contrast", "saturation", "hue")
 _R, _G, _B = 0.2989, 0.587, 0.114
 
 
-_BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1
+_BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1; % 16 == 0
 _LANES = 64  # partial sums of the contrast mean
 
 
+def _is_bytes(image):  # pragma: no cover - typed by the overload below
+    """Whether ``image`` holds uint8 values: a constant of the compiled code."""
+    raise NotImplementedError("only callable from jitted code")
+
+
+@overload(_is_bytes, jit_options={"nogil": True})
+def _is_bytes_overload(image):
+    flag = image.dtype == types.uint8
+    return lambda image: flag
+
+
 @nb.njit(cache=True, nogil=True)
-def _load(image, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
-    """``work[c, w0 + i]``: pixel ``j0 + i`` (up to ``j1``) of channel ``c`` of ``image`` as
-    ``t = (x - low) / (high - low)``, float32."""
-    planes, height, width, pixel = image.shape
-    flat = image.reshape(planes, height * width * pixel)
+def _load(flat, pixel, j0, j1, work, w0, low, high):  # pragma: no cover - JIT
+    """``work[c, w0 + i]``: pixel ``j0 + i`` (up to ``j1``) of channel ``c`` of the image
+    ``flat`` (``(planes, height * width * pixel)``) as ``t = (x - low) / (high - low)``,
+    float32 (``x - 0`` is ``x``: no subtraction).
+
+    The image is read by index, never sliced: a slice holds a reference to the batch, an
+    atomic count that every loader thread shares (see docs/augmentation.md). The indices are
+    known not negative (the guard), so numba's wraparound check goes and LLVM vectorises."""
+    if j0 < 0 or w0 < 0 or j1 * pixel > flat.shape[1]:
+        return
     base, scale = np.float32(low), np.float32(1.0 / (high - low))
-    for c in range(planes * pixel):
-        # slices, and loops from 0: numba checks a signed index for wraparound, and LLVM
-        # drops the check (and vectorises) only where it sees the index is not negative
-        dst, q = work[c][w0 : w0 + j1 - j0], c % pixel
-        if pixel == 1:
-            src = flat[c][j0:j1]
-            for i in range(len(dst)):
-                dst[i] = (np.float32(src[i]) - base) * scale
+    count = j1 - j0
+    if pixel == 3 and base == 0.0:  # RGB interleaved: three channels a loop (vectorised)
+        r, g, b = work[0][w0 : w0 + count], work[1][w0 : w0 + count], work[2][w0 : w0 + count]
+        for i in range(count):
+            r[i] = np.float32(flat[0, 3 * (j0 + i)]) * scale
+            g[i] = np.float32(flat[0, 3 * (j0 + i) + 1]) * scale
+            b[i] = np.float32(flat[0, 3 * (j0 + i) + 2]) * scale
+        return
+    for c in range(flat.shape[0] * pixel):
+        dst, q = work[c][w0 : w0 + count], c % pixel
+        if pixel == 1 and base == 0.0:
+            for i in range(count):
+                dst[i] = np.float32(flat[c, j0 + i]) * scale
+        elif pixel == 1:
+            for i in range(count):
+                dst[i] = (np.float32(flat[c, j0 + i]) - base) * scale
         else:
-            src = flat[0][j0 * pixel : j1 * pixel]
-            for i in range(len(dst)):
-                dst[i] = (np.float32(src[i * pixel + q]) - base) * scale
+            for i in range(count):
+                dst[i] = (np.float32(flat[0, (j0 + i) * pixel + q]) - base) * scale
 
 
 @nb.njit(cache=True, nogil=True)
-def _store(work, w0, image, j0, j1, low, high, rounds):  # pragma: no cover - JIT
-    """Pixels ``j0..j1`` of ``image``'s channels from ``work[:, w0:]``: ``low + span * t``,
-    rounded half up when ``rounds``, clamped to ``[low, high]``."""
-    planes, height, width, pixel = image.shape
-    flat = image.reshape(planes, height * width * pixel)
+def _store(work, w0, flat, pixel, j0, j1, low, high, rounds):  # pragma: no cover - JIT
+    """Pixels ``j0..j1`` of the image ``flat``'s channels (as :func:`_load`'s) from
+    ``work[:, w0:]``: ``low + span * t``, rounded half up when ``rounds``, clamped to ``[low,
+    high]``; the image written by index, as :func:`_load` reads it.
+
+    uint8 images of the range ``[0, 255]``: every value of the work array lies in ``[0, 1]``
+    (the load's ``x / 255`` does, each part keeps it there), so ``255 * t`` needs no clamp
+    and no ``0 +``; the other images take the general path."""
+    if j0 < 0 or w0 < 0 or j1 * pixel > flat.shape[1]:
+        return
     base, span = np.float32(low), np.float32(high - low)
-    # uint8: clamped, then + 1/2 and cut toward zero by the store (floor(v + 1/2), as v >= 0)
+    # uint8: clamped, then + 1/2 and cut toward zero by the cast (floor(v + 1/2), as v >= 0);
+    # on the uint8 path the cast goes through int32, which LLVM packs with fewer shuffles
     top, half = np.float32(high), np.float32(0.5 if rounds else 0.0)
-    for c in range(planes * pixel):
-        src, q = work[c][w0 : w0 + j1 - j0], c % pixel
-        dst = flat[c // pixel][j0 * pixel : j1 * pixel]
-        if pixel == 1:
-            for i in range(len(src)):
-                dst[i] = min(max(base + span * src[i], base), top) + half
+    unit = _is_bytes(flat) and rounds and low == 0.0 and high == 255.0
+    count = j1 - j0
+    if pixel == 3 and unit:  # RGB interleaved: three channels a loop (vectorised)
+        r, g, b = work[0][w0 : w0 + count], work[1][w0 : w0 + count], work[2][w0 : w0 + count]
+        for i in range(count):
+            flat[0, 3 * (j0 + i)] = np.int32(span * r[i] + half)
+            flat[0, 3 * (j0 + i) + 1] = np.int32(span * g[i] + half)
+            flat[0, 3 * (j0 + i) + 2] = np.int32(span * b[i] + half)
+        return
+    for c in range(flat.shape[0] * pixel):
+        src, q = work[c][w0 : w0 + count], c % pixel
+        if pixel == 1 and unit:
+            for i in range(count):
+                flat[c, j0 + i] = np.int32(span * src[i] + half)
+        elif pixel == 1:
+            for i in range(count):
+                flat[c, j0 + i] = min(max(base + span * src[i], base), top) + half
         else:
-            for i in range(len(src)):
-                dst[i * pixel + q] = min(max(base + span * src[i], base), top) + half
+            for i in range(count):
+                v = min(max(base + span * src[i], base), top) + half
+                flat[c // pixel, (j0 + i) * pixel + q] = v
 
 
 @nb.njit(cache=True, nogil=True)
@@ -86,11 +132,13 @@ def _add_sums(work, a, b, sums):  # pragma: no cover - JIT
     with ``j - a`` = ``k`` modulo ``_LANES``: partial sums in an order fixed by the code (the
     same on every run) that LLVM vectorises, where one running sum would wait on each add."""
     for c in range(work.shape[0]):
-        acc = sums[c]
-        for j in range(a, b, _LANES):
-            seg = work[c][j : min(j + _LANES, b)]
-            for k in range(len(seg)):
-                acc[k] += seg[k]
+        acc, row = sums[c], work[c][a:b]  # two slices a channel, none a row of 64 (each costs)
+        full = len(row) - len(row) % _LANES
+        for j in range(0, full, _LANES):
+            for k in range(_LANES):
+                acc[k] += row[j + k]
+        for k in range(len(row) - full):
+            acc[k] += row[full + k]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -114,8 +162,12 @@ def _scale(work, a, b, factor, mean):  # pragma: no cover - JIT
     zero, one = np.float32(0.0), np.float32(1.0)
     for c in range(work.shape[0]):
         row = work[c][a:b]
-        for j in range(len(row)):
-            row[j] = min(max(f * row[j] + add, zero), one)
+        if add == 0.0:  # brightness: f * t + 0 is f * t (or -0 for +0: the same after the clamp)
+            for j in range(len(row)):
+                row[j] = min(max(f * row[j], zero), one)
+        else:
+            for j in range(len(row)):
+                row[j] = min(max(f * row[j] + add, zero), one)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -134,29 +186,14 @@ def _saturate(work, a, b, factor):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True)
 def _hue(work, a, b, shift):  # pragma: no cover - JIT
-    """Hue: each pixel's HSV hue plus ``shift`` turns, branch-free (see the module)."""
-    r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
+    """Hue: each pixel's HSV hue plus ``shift`` turns (:func:`.hue_lanes.hue_pixel`), sixteen
+    pixels a step (:func:`.hue_lanes.hue16`). The last step runs past ``b`` (up to the next
+    multiple of sixteen from ``a``) into columns that :func:`color_jitter` allocates for it and
+    never stores: no tail loop (whose compile cost more than the rest of the hue)."""
+    r, g, bl = work[0], work[1], work[2]
     turn = np.float32(6.0 * shift)
-    zero, one, four = np.float32(0.0), np.float32(1.0), np.float32(4.0)
-    six, sixth = np.float32(6.0), np.float32(1.0 / 6.0)
-    for j in range(len(r)):
-        x, y, z = r[j], g[j], bl[j]
-        v, low = max(x, max(y, z)), min(x, min(y, z))
-        spread = v - low
-        # torchvision's cases: R largest first, then G, then B
-        num = y - z if v == x else (z - x if v == y else x - y)
-        base = zero if v == x else (np.float32(2.0) if v == y else np.float32(4.0))
-        h = base + num / (spread if spread > zero else one) + turn
-        # channel n (R 5, G 3, B 1): v - spread * clamp(min(k, 4 - k), 0, 1), k = (n + h) mod 6
-        k = h + np.float32(5.0)
-        k = k - six * np.floor(k * sixth)
-        r[j] = v - spread * min(max(min(k, four - k), zero), one)
-        k = h + np.float32(3.0)
-        k = k - six * np.floor(k * sixth)
-        g[j] = v - spread * min(max(min(k, four - k), zero), one)
-        k = h + one
-        k = k - six * np.floor(k * sixth)
-        bl[j] = v - spread * min(max(min(k, four - k), zero), one)
+    for j in range(a, b, HUE_LANES):
+        hue16(r, g, bl, j, turn)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -185,33 +222,41 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     A block of pixels at a time: without contrast, each block is loaded, jittered and stored
     while it sits in L1. Contrast needs the mean of the image as the parts before it leave it:
     the blocks go through those parts into a work array of the whole image, summed on the way,
-    then through contrast and the rest."""
+    then through contrast and the rest (no part before it: the blocks are loaded and summed,
+    then loaded again)."""
     if params[8] == 0.0 and params[9] == 0.0 and params[10] == 0.0 and params[11] == 0.0:
         return
     low, high, rounds = params[-3], params[-2], params[-1] != 0.0
     planes, height, width, pixel = image.shape
     channels, n = planes * pixel, height * width
+    flat = image.reshape(planes, n * pixel)  # the one view of the image (see _load)
     split = 4  # the contrast's place in the order (4: off)
     for k in range(4):
         if int(params[k]) == 1 and params[9] != 0.0:
             split = k
-    whole = split < 4  # a work array of the whole image, and two passes
-    work = np.empty((channels, n if whole else _BLOCK), np.float32)
+    ahead = False  # a part on before contrast
+    for k in range(split):
+        ahead = ahead or params[8 + int(params[k])] != 0.0
+    # a work array of the whole image where parts come before contrast; where none does, the
+    # second pass loads the image again (cheaper than writing and reading the whole array)
+    whole = ahead
+    # columns up to a multiple of HUE_LANES: the hue's last step runs into them (see _hue)
+    work = np.empty((channels, -(-n // HUE_LANES) * HUE_LANES if whole else _BLOCK), np.float32)
     sums = np.zeros((channels, _LANES), np.float64)
     mean = 0.0
     # one call site a helper (each inlined once: compile time), in one or two passes
-    for phase in range(2 if whole else 1):
+    for phase in range(2 if split < 4 else 1):
         first, last = (split, 4) if phase == 1 else (0, split)
         for j0 in range(0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
             w0 = j0 if whole else 0
-            if phase == 0:
-                _load(image, j0, j1, work, w0, low, high)
+            if phase == 0 or not whole:
+                _load(flat, pixel, j0, j1, work, w0, low, high)
             _parts(work, w0, w0 + j1 - j0, params, first, last, mean)
-            if whole and phase == 0:
+            if split < 4 and phase == 0:
                 _add_sums(work, w0, w0 + j1 - j0, sums)
             else:
-                _store(work, w0, image, j0, j1, low, high, rounds)
+                _store(work, w0, flat, pixel, j0, j1, low, high, rounds)
         mean = _gray_mean(sums, n)
 
 

@@ -1,0 +1,72 @@
+"""The hue of sixteen pixels a step (kernels/hue_lanes.py): the intrinsic (``<16 x float>``
+vectors) and its plain twin give the same bits as :func:`hue_pixel`, the definition, over
+seeded colours, every tie of six levels (largest or smallest shared, greys, black, white),
+values outside ``[0, 1]`` and non-finite ones, shifted both ways by up to half a turn."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numba as nb
+import numpy as np
+import pytest
+
+from ffcv_pairs.kernels import hue_lanes
+
+KINDS = ["intrinsic", "plain"]
+SHIFTS = [-0.5, -0.3, -0.05, 0.0, 0.05, 0.25, 0.5]
+
+
+@functools.cache
+def _runner(kind: str):
+    step = getattr(hue_lanes, f"hue16_{kind}")
+
+    @nb.njit
+    def run(r, g, b, turn):  # pragma: no cover - JIT
+        for j in range(0, r.shape[0], hue_lanes.HUE_LANES):
+            step(r, g, b, j, turn)
+
+    return run
+
+
+def _pixels(seed: int) -> np.ndarray:
+    """(3, n) float32, n a multiple of 16: random colours, the 216 ties of six levels, values
+    outside [0, 1], and a few non-finite ones."""
+    rng = np.random.default_rng(seed)
+    levels = np.array([0, 1, 77, 128, 254, 255], np.float32) / np.float32(255)
+    ties = np.array(list(itertools.product(levels, repeat=3)), np.float32).T
+    wide = rng.uniform(-0.5, 1.5, (3, 200)).astype(np.float32)
+    odd = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.5, 0.0], np.float32), (3, 40))
+    rand = rng.random((3, 4096)).astype(np.float32)
+    out = np.concatenate([rand, ties, wide, odd], axis=1)
+    return np.ascontiguousarray(out[:, : out.shape[1] // 16 * 16])
+
+
+def _shifted(kind: str, pixels: np.ndarray, shift: float) -> np.ndarray:
+    r, g, b = (np.ascontiguousarray(c) for c in pixels.copy())
+    _runner(kind)(r, g, b, np.float32(6.0 * shift))
+    return np.stack([r, g, b])
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> None:
+    """Bit equal where a number, NaN where NaN (a NaN's payload may follow operand order)."""
+    nan = np.isnan(a)
+    assert (nan == np.isnan(b)).all()
+    assert a[~nan].tobytes() == b[~nan].tobytes()
+
+
+@pytest.mark.parametrize("shift", SHIFTS)
+def test_hue16_intrinsic_equals_its_twin(shift: float) -> None:
+    pixels = _pixels(seed=11)
+    _same(_shifted("intrinsic", pixels, shift), _shifted("plain", pixels, shift))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_hue16_is_hue_pixel_on_each_pixel(kind: str) -> None:
+    pixels = _pixels(seed=12)[:, :1024]
+    for shift in (-0.4, 0.05):
+        got = _shifted(kind, pixels, shift)
+        turn = np.float32(6.0 * shift)
+        want = np.array([hue_lanes.hue_pixel(*px, turn) for px in pixels.T], np.float32).T
+        _same(got, want)

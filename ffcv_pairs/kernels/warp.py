@@ -200,14 +200,21 @@ def _taps(
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _listed(ok, ow, edge):  # pragma: no cover - JIT
+def _listed(ok, ow, edge, lo=0, hi=0, bad=-1):  # pragma: no cover - JIT
     """The pixels of a row not all inside (``ok`` of :func:`_store`) in ``edge``: ``x``, or
-    ``-1 - x`` for one with no point. Returns how many."""
-    e = 0
+    ``-1 - x`` for one with no point. Returns how many. When the row's ``bad`` such pixels
+    are all outside ``lo:hi`` (its first pixel all inside to its last: an affine row's),
+    those outside are the list, and the span is not looked at."""
+    e, whole = 0, bad == ow - (hi - lo)
     for x in range(ow):
+        if whole and x == lo:
+            break
         if ok[x] != 3:
             edge[e] = x if ok[x] == 2 else -1 - x
             e += 1
+    for x in range(hi if whole else ow, ow):
+        edge[e] = x if ok[x] == 2 else -1 - x
+        e += 1
     return e
 
 
@@ -356,7 +363,7 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
         if blend and hi > lo:
             _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, lo, hi, ow, rounding)
         if bad:
-            edges = _listed(ok, ow, edge)
+            edges = _listed(ok, ow, edge, lo, hi, bad)
             _edge_row(s, d, d8, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
 
 

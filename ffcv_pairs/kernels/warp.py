@@ -342,29 +342,26 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     if rounding and pixel == 1 and ow >= GATHER_LANES and blend:
         x_lo, x_hi, x_edges = _axis_taps(m, disp, oh, ow, width, xs, at, edge)
     every = np.arange(ow) if x_edges >= 0 else edge  # a row whose y has a tap outside
-    for y in range(oh):
+    for y in range(oh):  # one call of each row kernel below: each is inlined once
+        base, cols, edges = 0, edge, 0  # the blend's plane offset, the edge pixels
         if x_edges >= 0:  # _taps' near row, its y: by + m10 x is by
-            ys[:] = np.int64(math.floor((m[1, 1] * y + m[1, 2]) * _SCALE + 0.5))
-            y0, cols, e = ys[0] >> _BITS, edge, x_edges
-            if np.uint64(y0) < np.uint64(height - 1):
-                if x_hi > x_lo:  # the taps from the plane's row y0 (an offset: no slice)
-                    b = y0 * st.row_in
-                    _blend_row(s, d, s8, d8, y * ow, st, xs, ys, at, x_lo, x_hi, ow, True, b)
-            else:  # every pixel of the row has a tap outside
-                cols, e = every, ow
-            _edge_row(s, d, d8, y, st, xs, ys, cols, e, ow, height, width, mode, fill, True)
-            continue
-        bad = _taps(m, disp, shifts, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
-        lo, hi = 0, ow  # the blend's span: from the first pixel all inside to the last
-        while bad and lo < ow and ok[lo] != 3:
-            lo += 1
-        while bad and hi > lo and ok[hi - 1] != 3:
-            hi -= 1
+            for x in range(ow):
+                ys[x] = np.int64(math.floor((m[1, 1] * y + m[1, 2]) * _SCALE + 0.5))
+            lo, hi, edges, base = x_lo, x_hi, x_edges, (ys[0] >> _BITS) * st.row_in
+            if not np.uint64(ys[0] >> _BITS) < np.uint64(height - 1):
+                lo, hi, cols, edges = 0, 0, every, ow  # every pixel has a tap outside
+        else:
+            bad = _taps(m, disp, shifts, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
+            lo, hi = 0, ow  # the blend's span: from the first pixel all inside to the last
+            while bad and lo < ow and ok[lo] != 3:
+                lo += 1
+            while bad and hi > lo and ok[hi - 1] != 3:
+                hi -= 1
+            edges = _listed(ok, ow, edge, lo, hi, bad) if bad else 0
         if blend and hi > lo:
-            _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, lo, hi, ow, rounding)
-        if bad:
-            edges = _listed(ok, ow, edge, lo, hi, bad)
-            _edge_row(s, d, d8, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
+            _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, lo, hi, ow, rounding, base)
+        if edges:
+            _edge_row(s, d, d8, y, st, xs, ys, cols, edges, ow, height, width, mode, fill, rounding)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

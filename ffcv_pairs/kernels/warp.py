@@ -341,7 +341,9 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     x_lo, x_hi, x_edges = 0, 0, -1
     if rounding and pixel == 1 and ow >= GATHER_LANES and blend:
         x_lo, x_hi, x_edges = _axis_taps(m, disp, oh, ow, width, xs, at, edge)
-    every = np.arange(ow) if x_edges >= 0 else edge  # a row whose y has a tap outside
+    every = np.empty(ow, np.int64)  # a row whose y has a tap outside: all its pixels
+    for x in range(ow):
+        every[x] = x
     for y in range(oh):  # one call of each row kernel below: each is inlined once
         base, cols, edges = 0, edge, 0  # the blend's plane offset, the edge pixels
         if x_edges >= 0:  # _taps' near row, its y: by + m10 x is by

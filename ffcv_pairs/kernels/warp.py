@@ -20,8 +20,9 @@ the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + 
 blend is then exact, in integers.
 
 **Paths** (each gives the bytes the definition gives: ``tests/test_warp_paths.py``). A row at
-a time: its source points first, in one branch-free loop that vectorises (two multiply-adds a
-pixel for an affine row, else a division), with a flag per pixel: all four taps inside or not;
+a time: its source points first, in one branch-free loop that vectorises (an affine row's
+eight pixels a step, :func:`~ffcv_pairs.kernels.warp_lanes.taps8`; else a division a pixel),
+with a flag per pixel: all four taps inside or not;
 then one blend of the span from the row's first such pixel to its last, as if every pixel's
 four taps were inside (uint8 planes eight pixels a step,
 :func:`~ffcv_pairs.kernels.warp_lanes.blend8_gather`); then the pixels whose taps are not
@@ -49,7 +50,7 @@ import numpy as np
 from .bytemoves import fill_bytes
 from .geometry import PAD_CONSTANT, border
 from .warp_copy import copy_whole_pixels, whole_pixels
-from .warp_lanes import GATHER_LANES, blend8_gather
+from .warp_lanes import GATHER_LANES, blend8_gather, taps8
 
 __all__ = [
     "Strides",
@@ -186,8 +187,10 @@ def _taps(
     near, bx, by = _row(m, disp, y, ow)
     bad = 0
     if near:  # the common case: two multiply-adds a pixel
-        m00, m10 = m[0, 0], m[1, 0]
-        for x in range(ow):
+        m00, m10, first = m[0, 0], m[1, 0], ow - ow % GATHER_LANES
+        for x in range(0, first, GATHER_LANES):  # eight a step (taps8), then the rest
+            bad += taps8(bx, by, m00, m10, width, height, row, px, xs, ys, at, ok, x)
+        for x in range(first, ow):
             sx = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
             sy = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
             bad += _store(x, sx, sy, True, width, height, row, px, xs, ys, at, ok)

@@ -113,6 +113,15 @@ def gather_args():
     return src, dst, weights, weights[::-1].copy(), at
 
 
+def taps(taps8):
+    @nb.njit
+    def run(xs, ys, at, ok):
+        # the first eight points of the page's arrays, then the last eight
+        for x in (0, xs.shape[0] - wl.GATHER_LANES):
+            taps8(0.5, 0.5, 0.9, 0.1, 20, 20, 20, 1, xs, ys, at, ok, x)
+    return run
+
+
 STEPS = {}
 for kind in ("intrinsic", "plain"):
     k = lambda mod, name: getattr(mod, f"{name}_{kind}")
@@ -127,6 +136,7 @@ for kind in ("intrinsic", "plain"):
     )
     STEPS[f"{kind} blend8"] = (blends(k(ln, "blend8")), blend_args())
     STEPS[f"{kind} blend8_gather"] = (gathers(k(wl, "blend8_gather")), gather_args())
+    STEPS[f"{kind} taps8"] = (taps(k(wl, "taps8")), tuple(fenced(np.int64) for _ in range(4)))
 STEPS["scalar-load blend8"] = (blends(ln.make_blend8(False)), blend_args())
 
 for name, (run, args) in STEPS.items():

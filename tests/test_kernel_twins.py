@@ -28,7 +28,7 @@ TWINS = {
     "bytemoves": ["copy_bytes", "reverse_bytes", "fill_bytes", "fill_gap", "prefetch"],
     "bytesums": ["sums64", "channel_sums48"],
     "floatbits": ["float32_bits", "float16_bits"],
-    "warp_lanes": ["blend8_gather"],
+    "warp_lanes": ["blend8_gather", "taps8"],
     "hue_lanes": ["hue16"],
 }
 PAIRS = [(m, name) for m, names in TWINS.items() for name in names]

@@ -34,7 +34,8 @@ from ffcv_pairs.augment.warp_draws import (
 )
 from ffcv_pairs.kernels.displacement import elastic_field, gaussian_taps
 from ffcv_pairs.kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
-from ffcv_pairs.kernels.warp import warp_bilinear, warp_bilinear_serial, warp_nearest
+from ffcv_pairs.kernels.warp import warp_bilinear, warp_bilinear_serial
+from ffcv_pairs.kernels.warp_nearest import warp_nearest
 
 H, W = 23, 31
 

@@ -1,11 +1,15 @@
 """The warp's eight-pixel uint8 blend (kernels/warp_lanes.py): the intrinsic and its plain
 twin byte for byte, and both the blend of the definition (kernels/warp's docstring, as
 weights ``(1 - a)(1 - b)`` and so on), on random taps with the extremes (0 and 255, weights
-0 and just below 1), taps at the very end of the source and the narrowest rows (2 bytes)."""
+0 and just below 1), taps at the very end of the source and the narrowest rows (2 bytes).
+The eight-pixel source points of an affine row (``taps8``): both kinds, the values of the
+row's per-pixel loop (kernels/warp's ``_store``, in Python), a half pixel and the image's
+edges among them."""
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numba as nb
 import numpy as np
@@ -81,3 +85,48 @@ def test_blend8_gather_refuses_other_dtypes() -> None:
 
     with pytest.raises((TypeError, nb.core.errors.TypingError), match="blends uint8 into uint8"):
         call(np.zeros(8, np.float32), np.zeros(8, np.float32), np.zeros(8, np.int64))
+
+
+@functools.cache
+def _taps_runner(kind: str):
+    kernel = getattr(warp_lanes, f"taps8_{kind}")
+
+    @nb.njit
+    def run(line, size, xs, ys, at, ok):  # pragma: no cover - JIT
+        bad = 0
+        for x in range(0, len(xs), 8):
+            bad += kernel(*line, *size, xs, ys, at, ok, x)
+        return bad
+
+    return run
+
+
+def _taps_definition(line, size, n):
+    """kernels/warp's affine row, a pixel at a time in Python."""
+    (bx, by, m00, m10), (width, height, row, px) = line, size
+    out = np.zeros((4, n), np.int64)
+    for x in range(n):
+        sx = math.floor((bx + m00 * float(x)) * ONE + 0.5)
+        sy = math.floor((by + m10 * float(x)) * ONE + 0.5)
+        x0, y0 = sx >> 20, sy >> 20
+        good = int(0 <= x0 < width - 1 and 0 <= y0 < height - 1)
+        out[:, x] = sx, sy, (y0 * row + x0 * px) * good, good + 2
+    return out, int(n - out[3].sum() + 2 * n)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_taps8_kinds_are_the_row_loop(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, width, height = 64, int(rng.integers(2, 40)), int(rng.integers(2, 40))
+    angle, scale = rng.uniform(-np.pi, np.pi), rng.uniform(0.2, 3.0)
+    m00, m10 = scale * math.cos(angle), scale * math.sin(angle)
+    bx, by = rng.uniform(-20, 60), rng.uniform(-20, 60)
+    if seed == 0:  # points a half step of the fixed point apart: every one a tie
+        bx, by, m00, m10 = -1.5 + 2.0**-21, 0.5 + 2.0**-21, 0.5, 0.0
+    line, size = (bx, by, m00, m10), (width, height, width * 3, 3)
+    want, bad = _taps_definition(line, size, n)
+    assert 0 < bad < n or seed > 0
+    for kind in ("intrinsic", "plain"):
+        got = np.full((4, n), -7, np.int64)
+        assert _taps_runner(kind)(line, size, *got) == bad, kind
+        np.testing.assert_array_equal(got, want, err_msg=kind)

@@ -64,10 +64,14 @@ def random_matrices(rng, n, kind, h, w):
     m[:, 0, 2], m[:, 1, 2] = rng.uniform(-0.3, 1.1, n) * w, rng.uniform(-0.3, 1.1, n) * h
     if kind == "perspective":
         m[:, 2, :2] = rng.normal(0, 0.02, (n, 2))
+    if kind == "axis":  # scales (flips among them) and shifts, each axis apart
+        m[:, 0, 1], m[:, 1, 0] = 0.0, -0.0
+        m[:, 0, 0] *= rng.choice([-1.0, 1.0], n)
+        m[:, 1, 1] *= rng.choice([-1.0, 1.0], n)
     return m
 
 
-@pytest.mark.parametrize("kind", ["affine", "perspective", "displaced"])
+@pytest.mark.parametrize("kind", ["affine", "axis", "perspective", "displaced"])
 @pytest.mark.parametrize("layout", [(3, 1), (1, 3), (1, 1)])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("size", [(11, 13), (3, 5), (4, 26)])  # rows of 8 + 5, < 8, 3 x 8 + 2

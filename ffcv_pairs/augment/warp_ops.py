@@ -29,7 +29,8 @@ from ..kernels.hashing import WARP_OP_IDS
 from ..kernels.nearest import NearestShape
 from ..kernels.numpy_warp import warp_stand_in
 from ..kernels.stand_in import ParallelSoon
-from ..kernels.warp import warp_bilinear, warp_bilinear_serial, warp_nearest, warp_nearest_serial
+from ..kernels.warp import warp_bilinear, warp_bilinear_serial
+from ..kernels.warp_nearest import warp_nearest, warp_nearest_serial
 from .axes import ImageAxes
 from .checks import PAD_MODES
 from .dense import DenseField

@@ -12,26 +12,31 @@ the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + 
   ``padding_mode="zeros"`` do). A uint8 result is ``floor(v + 1/2)`` clamped to 0..255; a
   float one is the float64 blend cast. ``w <= 0`` (a point behind the perspective's horizon)
   reads the fill.
-* :func:`warp_nearest` copies the pixel at ``(floor(sx + 1/2), floor(sy + 1/2))``, mapped by
-  the padding mode, as bytes (any dtype: a dense mask), or the fill.
+* :func:`~.warp_nearest.warp_nearest` copies the pixel at ``(floor(sx + 1/2),
+  floor(sy + 1/2))``, mapped by the padding mode, as bytes (any dtype: a dense mask), or the
+  fill.
 
 ``sx`` and ``sy`` are rounded to a multiple of ``2**-20`` pixel first (see ``_BITS``); a uint8
 blend is then exact, in integers.
 
 **Paths** (each gives the bytes the definition gives: ``tests/test_warp_paths.py``). A row at
-a time: its source points first, in one branch-free loop that vectorises (two multiply-adds a
-pixel for an affine row, else a division), with a flag per pixel: all four taps inside or not;
+a time: its source points first, in one branch-free loop that vectorises (an affine row's
+eight pixels a step, :func:`~ffcv_pairs.kernels.warp_lanes.taps8`; else a division a pixel),
+with a flag per pixel: all four taps inside or not;
 then one blend of the span from the row's first such pixel to its last, as if every pixel's
 four taps were inside (uint8 planes eight pixels a step,
 :func:`~ffcv_pairs.kernels.warp_lanes.blend8_gather`); then the pixels whose taps are not
 (few; a run of them whose taps are all the constant fill is one byte fill a plane). A uint8
 sample whose matrix moves whole pixels (flips, quarter turns, transpose, d4, whole shifts,
 ``pad_if_needed``, crops: affine, six whole entries) is copied: its blend weights are 1 and 0.
+uint8 planes whose matrix scales and shifts each axis apart (a resized crop, flips: affine,
+``m01 = m10 = 0``) find their points along x once for all rows (:func:`_axis_taps`): a row
+is then its one ``y``, no point computed a pixel.
 
 One compile per dtype family (uint8 and float32 for :func:`warp_bilinear`, bytes for
-:func:`warp_nearest`), each a small ``cache=True`` function, compiled only when a pipeline
-uses the matrix geometry; each has a serial twin that serves while the parallel one compiles
-in the background (:class:`~ffcv_pairs.kernels.stand_in.ParallelSoon`).
+:func:`~.warp_nearest.warp_nearest`), each a small ``cache=True`` function, compiled only
+when a pipeline uses the matrix geometry; each has a serial twin that serves while the
+parallel one compiles in the background (:class:`~ffcv_pairs.kernels.stand_in.ParallelSoon`).
 """
 
 from __future__ import annotations
@@ -45,14 +50,12 @@ import numpy as np
 from .bytemoves import fill_bytes
 from .geometry import PAD_CONSTANT, border
 from .warp_copy import copy_whole_pixels, whole_pixels
-from .warp_lanes import GATHER_LANES, blend8_gather
+from .warp_lanes import GATHER_LANES, blend8_gather, taps8
 
 __all__ = [
     "Strides",
     "warp_bilinear",
     "warp_bilinear_serial",
-    "warp_nearest",
-    "warp_nearest_serial",
 ]
 
 _FAR = 1e9  # a source coordinate beyond this reads the fill
@@ -184,8 +187,10 @@ def _taps(
     near, bx, by = _row(m, disp, y, ow)
     bad = 0
     if near:  # the common case: two multiply-adds a pixel
-        m00, m10 = m[0, 0], m[1, 0]
-        for x in range(ow):
+        m00, m10, first = m[0, 0], m[1, 0], ow - ow % GATHER_LANES
+        for x in range(0, first, GATHER_LANES):  # eight a step (taps8), then the rest
+            bad += taps8(bx, by, m00, m10, width, height, row, px, xs, ys, at, ok, x)
+        for x in range(first, ow):
             sx = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
             sy = np.int64(math.floor((by + m10 * x) * _SCALE + 0.5))
             bad += _store(x, sx, sy, True, width, height, row, px, xs, ys, at, ok)
@@ -198,31 +203,40 @@ def _taps(
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _listed(ok, ow, edge):  # pragma: no cover - JIT
+def _listed(ok, ow, edge, lo=0, hi=0, bad=-1):  # pragma: no cover - JIT
     """The pixels of a row not all inside (``ok`` of :func:`_store`) in ``edge``: ``x``, or
-    ``-1 - x`` for one with no point. Returns how many."""
-    e = 0
+    ``-1 - x`` for one with no point. Returns how many. When the row's ``bad`` such pixels
+    are all outside ``lo:hi`` (its first pixel all inside to its last: an affine row's),
+    those outside are the list, and the span is not looked at."""
+    e, whole = 0, bad == ow - (hi - lo)
     for x in range(ow):
+        if whole and x == lo:
+            break
         if ok[x] != 3:
             edge[e] = x if ok[x] == 2 else -1 - x
             e += 1
+    for x in range(hi if whole else ow, ow):
+        edge[e] = x if ok[x] == 2 else -1 - x
+        e += 1
     return e
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _blend_row(s, d, s8, d8, q0, st, xs, ys, at, lo, hi, ow, rounding):  # pragma: no cover - JIT
+def _blend_row(
+    s, d, s8, d8, q0, st, xs, ys, at, lo, hi, ow, rounding, base=0
+):  # pragma: no cover - JIT
     """The pixels ``lo:hi`` of an output row (from ``q0``; those outside have a tap outside)
-    blended from their four taps at ``at``: right where all four are inside (:func:`_taps`),
-    to be overwritten elsewhere. uint8 planes (``s8``, ``d8``: the same bytes as ``s``,
-    ``d``) go eight pixels a step (:func:`~.warp_lanes.blend8_gather`, the last step
-    overlapping the one before); else indices are cast to unsigned (all are >= 0): numba
-    then skips its negative-index wrap."""
+    blended from their four taps at ``base + at`` in each plane: right where all four are
+    inside (:func:`_taps`), to be overwritten elsewhere. uint8 planes (``s8``, ``d8``: the
+    same bytes as ``s``, ``d``) go eight pixels a step (:func:`~.warp_lanes.blend8_gather`,
+    the last step overlapping the one before); else indices are cast to unsigned (all are
+    >= 0): numba then skips its negative-index wrap."""
     row, px, mask, u = st.row_in, st.pixel, _ONE - 1, np.uint64
     if rounding and px == 1 and ow >= GATHER_LANES:
         start = min(lo, ow - GATHER_LANES)
         stop = max(hi, start + GATHER_LANES)
         for k in range(st.planes):
-            t0, q = k * st.plane_in, k * st.plane_out + q0
+            t0, q = base + k * st.plane_in, k * st.plane_out + q0
             for x in range(start, stop, GATHER_LANES):
                 x = min(x, stop - GATHER_LANES)
                 blend8_gather(s8, d8, t0, q + x, row, xs, ys, at, x)
@@ -231,7 +245,7 @@ def _blend_row(s, d, s8, d8, q0, st, xs, ys, at, lo, hi, ow, rounding):  # pragm
         ax, ay = xs[x] & mask, ys[x] & mask
         wx, wy = _ONE - ax, _ONE - ay
         for k in range(st.planes):
-            p, q = k * st.plane_in + at[x], k * st.plane_out + q0 + x * px
+            p, q = base + k * st.plane_in + at[x], k * st.plane_out + q0 + x * px
             for c in range(px):
                 t = p + c
                 if rounding:  # uint8: exact integer blend, rounded half up
@@ -286,6 +300,28 @@ def _edge_row(
         j += 1
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _axis_taps(m, disp, oh, ow, width, xs, at, edge):  # pragma: no cover - JIT
+    """``(lo, hi, e)`` of a matrix that scales and shifts each axis apart (affine, ``m01 =
+    m10 = 0``, no displacement, every row ``_row``'s ``near``), else ``e = -1``. Its rows'
+    points along x are one another's (``m01 y`` is a zero): ``xs`` once, ``at`` the top-left
+    tap's column (0 for a point with a tap outside: those ``e`` are listed in ``edge``),
+    ``lo:hi`` from the first point inside to the last."""
+    affine, bx, _ = _row(m, disp, 0, ow)  # row 0 near: its y, and x (every row's)
+    ey = m[1, 1] * (oh - 1) + m[1, 2]  # by rises or falls with y: its ends bound it
+    if not (affine and m[0, 1] == 0.0 and m[1, 0] == 0.0 and abs(ey) < _FAR):
+        return 0, 0, -1
+    lo, hi, e, m00 = ow, 0, 0, m[0, 0]
+    for x in range(ow):
+        xs[x] = np.int64(math.floor((bx + m00 * x) * _SCALE + 0.5))
+        at[x] = xs[x] >> _BITS
+        if np.uint64(at[x]) < np.uint64(width - 1):
+            lo, hi = min(lo, x), x + 1
+        else:
+            at[x], edge[e], e = 0, x, e + 1
+    return lo, hi, e
+
+
 @nb.njit(cache=True, nogil=True)
 def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cover - JIT
     planes, height, width, pixel = src.shape
@@ -304,18 +340,33 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     s8, d8 = s.view(np.uint8), d.view(np.uint8)  # the uint8 blend's (float32: unused)
     shifts = disp.reshape(-1) if disp.shape[0] > 0 else np.zeros(2 * ow)
     blend = height > 1 and width > 1  # else no pixel has all four taps inside
-    for y in range(oh):
-        bad = _taps(m, disp, shifts, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
-        lo, hi = 0, ow  # the blend's span: from the first pixel all inside to the last
-        while bad and lo < ow and ok[lo] != 3:
-            lo += 1
-        while bad and hi > lo and ok[hi - 1] != 3:
-            hi -= 1
+    # each axis apart (a resized crop, flips): points along x once, then a row is its y
+    x_lo, x_hi, x_edges = 0, 0, -1
+    if rounding and pixel == 1 and ow >= GATHER_LANES and blend:
+        x_lo, x_hi, x_edges = _axis_taps(m, disp, oh, ow, width, xs, at, edge)
+    every = np.empty(ow, np.int64)  # a row whose y has a tap outside: all its pixels
+    for x in range(ow):
+        every[x] = x
+    for y in range(oh):  # one call of each row kernel below: each is inlined once
+        base, cols, edges = 0, edge, 0  # the blend's plane offset, the edge pixels
+        if x_edges >= 0:  # _taps' near row, its y: by + m10 x is by
+            for x in range(ow):
+                ys[x] = np.int64(math.floor((m[1, 1] * y + m[1, 2]) * _SCALE + 0.5))
+            lo, hi, edges, base = x_lo, x_hi, x_edges, (ys[0] >> _BITS) * st.row_in
+            if not np.uint64(ys[0] >> _BITS) < np.uint64(height - 1):
+                lo, hi, cols, edges = 0, 0, every, ow  # every pixel has a tap outside
+        else:
+            bad = _taps(m, disp, shifts, i, y, ow, width, height, st.row_in, pixel, xs, ys, at, ok)
+            lo, hi = 0, ow  # the blend's span: from the first pixel all inside to the last
+            while bad and lo < ow and ok[lo] != 3:
+                lo += 1
+            while bad and hi > lo and ok[hi - 1] != 3:
+                hi -= 1
+            edges = _listed(ok, ow, edge, lo, hi, bad) if bad else 0
         if blend and hi > lo:
-            _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, lo, hi, ow, rounding)
-        if bad:
-            edges = _listed(ok, ow, edge)
-            _edge_row(s, d, d8, y, st, xs, ys, edge, edges, ow, height, width, mode, fill, rounding)
+            _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, lo, hi, ow, rounding, base)
+        if edges:
+            _edge_row(s, d, d8, y, st, xs, ys, cols, edges, ow, height, width, mode, fill, rounding)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
@@ -341,40 +392,3 @@ def warp_bilinear_serial(src, dst, mats, disp, mode, fill, rounding):  # pragma:
     """:func:`warp_bilinear` on one thread: its twin while it compiles (the same bytes)."""
     for i in range(len(src)):
         _bilinear_one(src[i], dst[i], mats[i], disp, np.int64(i), mode, fill, rounding)
-
-
-@nb.njit(cache=True, nogil=True)
-def _nearest_one(src, dst, m, disp, i, mode, fill):  # pragma: no cover - JIT
-    planes, height, width, nbytes = src.shape
-    oh, ow = dst.shape[1], dst.shape[2]
-    for y in range(oh):
-        for x in range(ow):
-            sx, sy, inside = _source(m, disp, i, y, x)
-            r, c = np.int64(-1), np.int64(-1)
-            if inside:
-                r = border((sy + (_ONE >> 1)) >> _BITS, height, mode)
-                c = border((sx + (_ONE >> 1)) >> _BITS, width, mode)
-            for k in range(planes):
-                for b in range(nbytes):
-                    dst[k, y, x, b] = fill[b] if r < 0 or c < 0 else src[k, r, c, b]
-
-
-@nb.njit(cache=True, parallel=True, nogil=True)
-def warp_nearest(src, dst, mats, disp, mode, fill):  # pragma: no cover - JIT
-    """Warp every sample of a batch by nearest sampling, as bytes.
-
-    Args:
-        src: uint8 ``(n, planes, height, width, pixel bytes)``.
-        dst: uint8 ``(n, planes, oh, ow, pixel bytes)``, written.
-        mats, disp, mode: As :func:`warp_bilinear`.
-        fill: uint8 ``(pixel bytes,)``: one pixel of the fill (``PAD_CONSTANT``).
-    """
-    for i in nb.prange(len(src)):
-        _nearest_one(src[i], dst[i], mats[i], disp, np.int64(i), mode, fill)
-
-
-@nb.njit(cache=True, nogil=True)
-def warp_nearest_serial(src, dst, mats, disp, mode, fill):  # pragma: no cover - JIT
-    """:func:`warp_nearest` on one thread: its twin while it compiles (the same bytes)."""
-    for i in range(len(src)):
-        _nearest_one(src[i], dst[i], mats[i], disp, np.int64(i), mode, fill)

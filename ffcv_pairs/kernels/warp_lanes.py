@@ -9,12 +9,19 @@ bytes, the blend needs ``width > 1``), as gathers, then the exact integer blend 
 :func:`.warp._blend8` on the eight at once: the same integers, in 32-bit lanes where they fit
 and 64-bit ones for the last step.
 
-:func:`blend8_gather_intrinsic` has a plain-numba twin, :func:`blend8_gather_plain` (the
-blend a value at a time: the definition the tests compare it with byte for byte);
-:data:`blend8_gather` is the one this process runs (:func:`~.twins.pick`).
+The source points of an affine row come eight at a time too (:func:`taps8_intrinsic`): the
+float64 operations numba's per-pixel loop does, in 512-bit lanes where the CPU has them, the
+product by ``2**_BITS`` and the half added in one multiply-add (the product is exact, so the
+sum rounds once either way), then the same stores.
+
+Each intrinsic has a plain-numba twin, ``*_plain`` (a value at a time: the definition the
+tests compare it with byte for byte); :data:`blend8_gather` and :data:`taps8` are the kind
+this process runs (:func:`~.twins.pick`).
 """
 
 from __future__ import annotations
+
+import math
 
 import numba as nb
 import numpy as np
@@ -30,12 +37,16 @@ __all__ = [
     "blend8_gather",
     "blend8_gather_intrinsic",
     "blend8_gather_plain",
+    "taps8",
+    "taps8_intrinsic",
+    "taps8_plain",
 ]
 
 GATHER_LANES = 8
 _BITS = 20  # as kernels/warp
 _ONE = 1 << _BITS
 _HALF_BLEND = 1 << (2 * _BITS - 1)
+_SCALE = float(_ONE)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 _V32 = ir.VectorType(_I32, GATHER_LANES)
@@ -117,3 +128,81 @@ def blend8_gather_plain(s, d, t0, q, row, xs, ys, at, x):  # pragma: no cover - 
 
 
 blend8_gather = pick(blend8_gather_intrinsic, blend8_gather_plain)
+
+
+_F64 = ir.VectorType(ir.DoubleType(), GATHER_LANES)
+
+
+def _fconst(value: float) -> ir.Constant:
+    return ir.Constant(_F64, [ir.Constant(ir.DoubleType(), value)] * GATHER_LANES)
+
+
+def _fixed8(builder, b, m, fx):
+    """``floor((b + m x) * 2**_BITS + 1/2)`` of eight pixels, as numba computes it in
+    :func:`.warp._taps`: ``b + m x`` a product then a sum (no contraction); then one
+    multiply-add for the product by ``2**_BITS`` (exact: a power of two) and the sum."""
+    fn_t = ir.FunctionType(_F64, [_F64, _F64, _F64])
+    fma = cgutils.get_or_insert_function(builder.module, fn_t, "llvm.fma.v8f64")
+    floor_t = ir.FunctionType(_F64, [_F64])
+    floor = cgutils.get_or_insert_function(builder.module, floor_t, "llvm.floor.v8f64")
+    u = builder.fadd(splat(builder, b, GATHER_LANES), builder.fmul(splat(builder, m, 8), fx))
+    fixed = builder.call(floor, [builder.call(fma, [u, _fconst(float(_ONE)), _fconst(0.5)])])
+    return builder.fptosi(fixed, _V64)
+
+
+@intrinsic
+def taps8_intrinsic(
+    typingctx, bx, by, m00, m10, width, height, row, px, xs, ys, at, ok, x
+):  # pragma: no cover - JIT
+    """Pixels ``x .. x + 7`` of an affine output row (``_row``'s ``near``: it reads
+    ``(bx + m00 x, by + m10 x)``), stored as :func:`.warp._store` stores them (``xs``,
+    ``ys``, ``at``, ``ok``: int64 1-d, at least ``x + 8`` long). Returns how many have a
+    tap outside."""
+    f8, i8 = types.float64, types.intp
+    sig = types.intp(f8, f8, f8, f8, i8, i8, i8, i8, xs, ys, at, ok, i8)
+
+    def codegen(context, builder, signature, args):
+        bx_v, by_v, m00_v, m10_v, width_v, height_v, row_v, px_v = args[:8]
+        arrays, x_v = list(zip(signature.args[8:12], args[8:12])), args[12]
+        step = ir.Constant(_V64, [ir.Constant(_I64, j) for j in range(GATHER_LANES)])
+        fx = builder.sitofp(builder.add(splat(builder, x_v, GATHER_LANES), step), _F64)
+        sx, sy = _fixed8(builder, bx_v, m00_v, fx), _fixed8(builder, by_v, m10_v, fx)
+        x0, y0 = builder.ashr(sx, _const(_BITS, _V64)), builder.ashr(sy, _const(_BITS, _V64))
+
+        def below(value, bound):  # 0 <= value < bound - 1, one unsigned compare
+            last = builder.sub(bound, ir.Constant(_I64, 1))
+            return builder.icmp_unsigned("<", value, splat(builder, last, GATHER_LANES))
+
+        good = builder.and_(below(x0, width_v), below(y0, height_v))
+        offset = builder.add(
+            builder.mul(y0, splat(builder, row_v, 8)), builder.mul(x0, splat(builder, px_v, 8))
+        )
+        flag = builder.add(builder.zext(good, _V64), _const(2, _V64))
+        values = (sx, sy, builder.select(good, offset, _const(0, _V64)), flag)
+        for (arr_t, arr), value in zip(arrays, values):
+            ptr = element_pointer(context, builder, arr_t, arr, x_v, _V64)
+            builder.store(value, ptr, align=8)
+        mask = builder.zext(builder.bitcast(good, ir.IntType(GATHER_LANES)), _I64)
+        ctpop = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64"
+        )
+        return builder.sub(ir.Constant(_I64, GATHER_LANES), builder.call(ctpop, [mask]))
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, nogil=True)
+def taps8_plain(bx, by, m00, m10, width, height, row, px, xs, ys, at, ok, x):  # pragma: no cover
+    """:func:`taps8_intrinsic`'s twin: :func:`.warp._taps`' affine loop on eight pixels."""
+    bad, u = np.int64(0), np.uint64
+    for j in range(x, x + GATHER_LANES):
+        sx = np.int64(math.floor((bx + m00 * j) * _SCALE + 0.5))
+        sy = np.int64(math.floor((by + m10 * j) * _SCALE + 0.5))
+        x0, y0 = sx >> _BITS, sy >> _BITS
+        good = np.int64(u(x0) < u(width - 1)) & np.int64(u(y0) < u(height - 1))
+        xs[j], ys[j], at[j], ok[j] = sx, sy, (y0 * row + x0 * px) * good, good + 2
+        bad += 1 - good
+    return bad
+
+
+taps8 = pick(taps8_intrinsic, taps8_plain)

@@ -30,12 +30,12 @@ def reference(src, m, disp, size, mode, fill):
             fx, fy = float(x), float(y)
             if disp is not None:
                 fx, fy = fx + disp[y, x, 0], fy + disp[y, x, 1]
-            q = m[2, 0] * fx + m[2, 1] * fy + m[2, 2]
+            q = m[2, 1] * fy + m[2, 2] + m[2, 0] * fx
             if not q > 0.0:
                 out[:, y, x] = fill
                 continue
-            sx = (m[0, 0] * fx + m[0, 1] * fy + m[0, 2]) / q
-            sy = (m[1, 0] * fx + m[1, 1] * fy + m[1, 2]) / q
+            sx = (m[0, 1] * fy + m[0, 2] + m[0, 0] * fx) / q
+            sy = (m[1, 1] * fy + m[1, 2] + m[1, 0] * fx) / q
             if not (abs(sx) < 1e9 and abs(sy) < 1e9):
                 out[:, y, x] = fill
                 continue
@@ -162,3 +162,31 @@ def test_the_numpy_stand_in_writes_the_kernels_bytes(kind, layout, mode) -> None
             warp_stand_in(img, got, m, disp, mode, fill, img.dtype == np.uint8)
             warp_bilinear_serial(img, want, m, disp, mode, fill, img.dtype == np.uint8)
             assert got.tobytes() == want.tobytes(), (kind, h, w, img.dtype, fill)
+
+
+def test_every_path_takes_the_definitions_order_of_operations() -> None:
+    """A matrix where ``(m00 x + m01 y) + m02`` and ``(m01 y + m02) + m00 x`` differ in the
+    last bit at output pixel (2, 6), on either side of a tie: the definition's order gives
+    4.5 - 2**-21 pixel, exactly 4.5 in fixed point, the other one a fixed point less. The
+    affine row path, the general path (a displacement of zeros), the numpy stand-in and the
+    nearest sampler all read the definition's point: a blend of 0 and 255 at 1/2 is 128
+    (127 a point less), and the nearest pixel is column 5 (4 a point less)."""
+    from ffcv_pairs.kernels.warp_nearest import warp_nearest_serial
+
+    c = -15.100000476837158
+    m = np.array([[[2.4, 2.6, c], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])
+    assert (2.6 * 2 + c) + 2.4 * 6 != (2.4 * 6 + 2.6 * 2) + c
+    src = np.zeros((1, 1, 8, 30, 1), np.uint8)
+    src[0, 0, :, 5:] = 255  # a step between columns 4 and 5
+    size = (4, 8)
+    none = np.zeros((0, *size, 2))
+    ref = reference(src[0], m[0], None, size, PAD_CONSTANT, 0.0)
+    assert ref[0, 2, 6, 0] == 128
+    for disp in (none, np.zeros((1, *size, 2))):
+        for warp in (warp_bilinear_serial, warp_stand_in):
+            out = np.empty((1, 1, *size, 1), np.uint8)
+            warp(src, out, m, disp, PAD_CONSTANT, 0.0, True)
+            np.testing.assert_array_equal(out[0], ref)
+    near = np.empty((1, 1, *size, 1), np.uint8)
+    warp_nearest_serial(src, near, m, none, PAD_CONSTANT, np.zeros(1, np.uint8))
+    assert near[0, 0, 2, 6, 0] == 255

@@ -8,10 +8,10 @@ a scale jitter, a resized crop or an elastic field waited for it before its firs
 compile. It is the definition of :mod:`.warp`, an array at a time, taking the same steps as
 the kernel's paths:
 
-* a row that maps affinely (no perspective, no displacement, within ``_FAR``) reads
-  ``(m01 y + m02) + m00 x``, as :func:`~.warp._taps` does, every other point
-  ``(m00 fx + m01 fy + m02) / w`` (IEEE doubles, no fused multiply-add: the kernel is
-  compiled without ``fastmath``, so numba contracts nothing);
+* each point ``((m01 fy + m02) + m00 fx) / w`` (the definition's order of IEEE operations,
+  no fused multiply-add: the kernel is compiled without ``fastmath``, so numba contracts
+  nothing), where a row that maps affinely within ``_FAR`` has all its points (as
+  :func:`~.warp._taps`);
 * points rounded to the fixed point of ``2**-20`` pixel, taps mapped by the padding mode
   (the fill under constant padding), and the blend in integers for uint8 (exact: the blend
   of the kernel's paths, rounded half up) or in doubles, in the kernel's order, for float32.
@@ -47,11 +47,11 @@ def _points(m: np.ndarray, disp: np.ndarray, i: int, oh: int, ow: int):
     # every other row: the general point (x + 0.0 is x where there is no displacement)
     fx = x + (disp[i, :, :, 0] if disp.shape[0] > 0 else 0.0)
     fy = y + (disp[i, :, :, 1] if disp.shape[0] > 0 else 0.0)
-    w = m[2, 0] * fx + m[2, 1] * fy + m[2, 2]
+    w = m[2, 1] * fy + m[2, 2] + m[2, 0] * fx
     front = w > 0.0
     den = np.where(front, w, 1.0)
-    sx = (m[0, 0] * fx + m[0, 1] * fy + m[0, 2]) / den
-    sy = (m[1, 0] * fx + m[1, 1] * fy + m[1, 2]) / den
+    sx = (m[0, 1] * fy + m[0, 2] + m[0, 0] * fx) / den
+    sy = (m[1, 1] * fy + m[1, 2] + m[1, 0] * fx) / den
     inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
     sx, sy = np.where(inside, sx, 0.0), np.where(inside, sy, 0.0)
     sx = np.where(near, bx + m[0, 0] * x, sx)

@@ -3,7 +3,11 @@
 
 **Definition.** Pixel centres sit at whole coordinates. Output pixel ``(y, x)``, moved by the
 sample's displacement ``(dx, dy)`` when there is one (the elastic op; none otherwise), reads
-the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + dy, 1)``:
+the source at ``(sx, sy) = (u / w, v / w)`` with ``(u, v, w) = M @ (x + dx, y + dy, 1)``,
+each entry in doubles as ``(m01 fy + m02) + m00 fx`` (``fx = x + dx``, ``fy = y + dy``; IEEE
+operations in that order, no fused multiply-add: a row's ``m01 y + m02`` is one number for
+all its pixels, so every path, the nearest sampler and the numpy stand-in compute the same
+point, to the last bit):
 
 * :func:`warp_bilinear` blends the four pixels around ``(sx, sy)``, weights ``(1 - ax)(1 - ay)``
   and so on (``ax = sx - floor(sx)``); a tap outside the image is mapped by the padding mode
@@ -86,11 +90,11 @@ def _source(m, disp, i, y, x):  # pragma: no cover - JIT
     if disp.shape[0] > 0:
         fx += disp[i, y, x, 0]
         fy += disp[i, y, x, 1]
-    w = m[2, 0] * fx + m[2, 1] * fy + m[2, 2]
+    w = m[2, 1] * fy + m[2, 2] + m[2, 0] * fx  # the definition's order (module docstring)
     if not w > 0.0:  # behind the horizon
         return np.int64(0), np.int64(0), False
-    sx = (m[0, 0] * fx + m[0, 1] * fy + m[0, 2]) / w
-    return _fixed(sx, (m[1, 0] * fx + m[1, 1] * fy + m[1, 2]) / w)
+    sx = (m[0, 1] * fy + m[0, 2] + m[0, 0] * fx) / w
+    return _fixed(sx, (m[1, 1] * fy + m[1, 2] + m[1, 0] * fx) / w)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -166,10 +170,10 @@ def _store(x, sx, sy, inside, width, height, row, px, xs, ys, at, ok):  # pragma
 @nb.njit(cache=True, nogil=True, inline="always")
 def _point(m, fx, fy, x, width, height, row, px, xs, ys, at, ok):  # pragma: no cover - JIT
     """:func:`_source` of the point ``(fx, fy)`` without branches, stored by :func:`_store`."""
-    w = m[2, 0] * fx + m[2, 1] * fy + m[2, 2]
+    w = m[2, 1] * fy + m[2, 2] + m[2, 0] * fx  # the definition's order (module docstring)
     front = w > 0.0  # else behind the horizon (and no division by zero)
-    sx = (m[0, 0] * fx + m[0, 1] * fy + m[0, 2]) / (w if front else 1.0)
-    sy = (m[1, 0] * fx + m[1, 1] * fy + m[1, 2]) / (w if front else 1.0)
+    sx = (m[0, 1] * fy + m[0, 2] + m[0, 0] * fx) / (w if front else 1.0)
+    sy = (m[1, 1] * fy + m[1, 2] + m[1, 0] * fx) / (w if front else 1.0)
     inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
     gx = np.int64(math.floor((sx if inside else 0.0) * _SCALE + 0.5))
     hy = np.int64(math.floor((sy if inside else 0.0) * _SCALE + 0.5))

@@ -407,3 +407,26 @@ def test_on_a_gpu_the_ops_give_the_cpu_paths_values(data: dict) -> None:
 
 def _close(x: torch.Tensor, y: torch.Tensor) -> bool:
     return torch.allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"), [((3, 10, 12), torch.uint8), ((5, 7), torch.float16), ((3, 5), torch.uint8)]
+)
+def test_swap_on_cpu_kernel_and_torch_paths_agree(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple, dtype: torch.dtype
+) -> None:
+    """The CPU swap through the row kernel (compiled) and through torch's row copies (while
+    it compiles, or rows not of whole 8-byte words: 15 bytes) exchange the same rows."""
+    from ffcv_pairs.augment import swap
+
+    gen = torch.Generator().manual_seed(7)
+    a = (torch.rand((9, *shape), generator=gen) * 200).to(dtype)
+    b = (torch.rand((9, *shape), generator=gen) * 200).to(dtype)
+    rows = np.array([0, 3, 4, 8])
+    want_a, want_b = a.clone(), b.clone()
+    want_a[rows], want_b[rows] = b[rows], a[rows]
+    for ready in (True, False):
+        monkeypatch.setattr(swap, "kernel_ready", lambda *args, r=ready: r)
+        got_a, got_b = a.clone(), b.clone()
+        swap._swap_cpu(got_a, got_b, rows)
+        assert torch.equal(got_a, want_a) and torch.equal(got_b, want_b), ready

@@ -256,3 +256,32 @@ def test_a_drawn_step_runs_its_twin_until_its_apply_is_compiled(
     assert len(calls) == 6  # the twin served every image of the first batch, none after
     assert not np.array_equal(outs[0], view)
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_types_ready_queues_one_background_compile_and_then_says_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """:func:`stand_in.types_ready` on a kernel with no machine code: False, its compile queued
+    once (a second ask queues nothing), compiled by :func:`compile_pending` on the background
+    thread, then True (the drawn ops' twins serve until then)."""
+    import numba as nb
+    from numba.core import types
+
+    @nb.njit(nogil=True)
+    def twice(x):  # pragma: no cover - JIT
+        return 2 * x
+
+    monkeypatch.setattr(stand_in, "is_cached", lambda kernel, types: False)  # not on disk
+
+    sig = (types.int64,)
+    assert not stand_in.types_ready(twice, sig)
+    with stand_in._PENDING_LOCK:
+        queued = [job for job, _ in stand_in._PENDING if job.kernel is twice]
+    assert len(queued) == 1
+    assert not stand_in.types_ready(twice, sig)  # asked again: still compiling, not queued twice
+    with stand_in._PENDING_LOCK:
+        assert sum(job.kernel is twice for job, _ in stand_in._PENDING) == 1
+    stand_in.compile_pending()
+    stand_in.wait_for_compiles()
+    assert sig in twice.overloads
+    assert stand_in.types_ready(twice, sig)

@@ -285,3 +285,22 @@ def test_types_ready_queues_one_background_compile_and_then_says_ready(
     stand_in.wait_for_compiles()
     assert sig in twice.overloads
     assert stand_in.types_ready(twice, sig)
+
+
+def test_a_kernel_with_no_disk_cache_compiles_without_a_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background compile of a kernel that numba does not cache (a user's own, say)
+    leaves no lock file in the working directory: it has nothing to share."""
+    import numba as nb
+
+    from ffcv_pairs.kernels._cache import compile_lock
+
+    @nb.njit(nogil=True)
+    def thrice(x):  # pragma: no cover - JIT
+        return 3 * x
+
+    monkeypatch.chdir(tmp_path)
+    with compile_lock(thrice):
+        thrice(2)
+    assert list(tmp_path.iterdir()) == []

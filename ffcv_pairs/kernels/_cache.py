@@ -302,9 +302,13 @@ def announce(kernel: Any, types: tuple, background: bool = False, stand_in: bool
 def compile_lock(kernel: Any) -> Iterator[None]:
     """Hold ``kernel``'s compile lock, a file beside its cached machine code: one process
     of a node compiles, the others wait and then load it. Where no lock can be had (a
-    read-only folder, a file system without locks), go ahead unlocked."""
-    func = kernel.py_func
-    lock = Path(cache_folder(kernel) or ".") / f"{func.__module__}.{func.__qualname__}.lock"
+    read-only folder, a file system without locks), or none is needed (a kernel with no disk
+    cache: nothing to share), go ahead unlocked."""
+    func, folder = kernel.py_func, cache_folder(kernel)
+    if folder is None:  # not cached: no lock file (it once landed in the working directory)
+        yield
+        return
+    lock = Path(folder) / f"{func.__module__}.{func.__qualname__}.lock"
     with contextlib.ExitStack() as stack:
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)

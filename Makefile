@@ -49,7 +49,8 @@ lint: install
 # kernel cache, the install about a minute of it).
 # The tests marked slow start first (tests/conftest.py). Lint runs beside the tests; its
 # output follows theirs.
-# Tests marked long (the whole benchmark at its smoke sizes, about 2.5 minutes) are left out:
+# Tests marked long (the whole benchmark at its smoke sizes, about 2.5 minutes; the plain-kernel
+# pass, about 1 minute) are left out:
 # `make test-long` runs them.
 # tests/test_plain_pass.py runs the reference tests again with the plain-numba twins of the
 # LLVM intrinsics (FFCV_PAIRS_PLAIN_KERNELS=1), as one test of this run.

@@ -8,9 +8,9 @@ vector steps and the prefetch; photometric and image statistics: the sums;
 float16/bfloat16: the float bits). The other kernel tests run both kinds in this
 process already, and test_kernel_identity compares the two kinds' whole-pipeline bytes.
 
-It is one test of the main run (``make test``), so it shares the cores with the rest
-of the suite instead of running after it: about 1 minute on one core with an empty
-numba cache. Run it alone::
+It is marked ``long``: ``make test-long`` runs it, ``make test`` leaves it out for its
+10-minute budget (about 1 minute on one core with an empty numba cache), where
+test_kernel_identity and test_kernel_twins check both kinds. Run it alone::
 
     .venv/bin/python -m pytest tests/test_plain_pass.py
 """
@@ -51,7 +51,7 @@ def plain_pass_command(tmp: Path) -> list[str]:
     ]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(twins.PLAIN, reason="this process runs the plain kernels already")
 def test_reference_tests_pass_with_the_plain_kernels(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}

@@ -10,8 +10,8 @@ the kernel's paths:
 
 * each point ``((m01 fy + m02) + m00 fx) / w`` (the definition's order of IEEE operations,
   no fused multiply-add: the kernel is compiled without ``fastmath``, so numba contracts
-  nothing), where a row that maps affinely within ``_FAR`` has all its points (as
-  :func:`~.warp._taps`);
+  nothing); an affine row's path in the kernel (:func:`~.warp._taps`) computes the same
+  numbers, its ``w`` being exactly 1;
 * points rounded to the fixed point of ``2**-20`` pixel, taps mapped by the padding mode
   (the fill under constant padding), and the blend in integers for uint8 (exact: the blend
   of the kernel's paths, rounded half up) or in doubles, in the kernel's order, for float32.
@@ -39,12 +39,8 @@ def _points(m: np.ndarray, disp: np.ndarray, i: int, oh: int, ow: int):
     ``(oh, ow)``), and whether it has one (not behind the horizon, not absurdly far)."""
     y = np.arange(oh, dtype=np.float64)[:, None]
     x = np.arange(ow, dtype=np.float64)[None, :]
-    bx, by = m[0, 1] * y + m[0, 2], m[1, 1] * y + m[1, 2]  # (oh, 1)
-    affine = disp.shape[0] == 0 and m[2, 0] == 0.0 and m[2, 1] == 0.0 and m[2, 2] == 1.0
-    ex, ey = bx + m[0, 0] * (ow - 1), by + m[1, 0] * (ow - 1)
-    near = (np.maximum(abs(bx), abs(ex)) < _FAR) & (np.maximum(abs(by), abs(ey)) < _FAR)
-    near &= affine
-    # every other row: the general point (x + 0.0 is x where there is no displacement)
+    # one formula for every row: where the kernel takes an affine row's path (no
+    # displacement, w = (0 y + 1) + 0 x = 1, every point within _FAR) it reads these points
     fx = x + (disp[i, :, :, 0] if disp.shape[0] > 0 else 0.0)
     fy = y + (disp[i, :, :, 1] if disp.shape[0] > 0 else 0.0)
     w = m[2, 1] * fy + m[2, 2] + m[2, 0] * fx
@@ -54,9 +50,6 @@ def _points(m: np.ndarray, disp: np.ndarray, i: int, oh: int, ow: int):
     sy = (m[1, 1] * fy + m[1, 2] + m[1, 0] * fx) / den
     inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
     sx, sy = np.where(inside, sx, 0.0), np.where(inside, sy, 0.0)
-    sx = np.where(near, bx + m[0, 0] * x, sx)
-    sy = np.where(near, by + m[1, 0] * x, sy)
-    inside |= near
     fixed_x = np.floor(sx * _SCALE + 0.5).astype(np.int64)
     fixed_y = np.floor(sy * _SCALE + 0.5).astype(np.int64)
     return fixed_x, fixed_y, inside

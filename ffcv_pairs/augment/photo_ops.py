@@ -266,6 +266,13 @@ def _stand_in(step: PhotoStep, view_shape: tuple[int, ...] | None = None) -> Any
     return twin[0]
 
 
+def _compiled(step: PhotoStep, work: str) -> bool:
+    """Whether ``step``'s apply has machine code for images of ``work`` (compiled, or in
+    the disk cache); if not, its compile is queued for the background, once
+    (:func:`~ffcv_pairs.kernels.stand_in.types_ready`)."""
+    return types_ready(step.apply, user_op_signature(work).args, quiet=False)
+
+
 def compile_steps(steps: tuple[PhotoStep, ...], work: str) -> None:
     """Compile (or load from the disk cache) the apply functions of ``steps`` and the
     driver, for images of dtype ``work``; an apply with a numpy twin that is not compiled
@@ -275,7 +282,7 @@ def compile_steps(steps: tuple[PhotoStep, ...], work: str) -> None:
         return
     sig = user_op_signature(work)
     for step in steps:
-        if _stand_in(step) is None or types_ready(step.apply, sig.args, quiet=False):
+        if _stand_in(step) is None or _compiled(step, work):
             step.apply.compile(sig.args)
     drawn_op_kernel(work)
 
@@ -300,7 +307,6 @@ def apply_photo_steps(
     if not steps:
         return
     kernel, threads = drawn_op_kernel(view.dtype.name), nb.get_num_threads()
-    sig = user_op_signature(view.dtype.name)
     keys = np.array(ids, dtype=np.int64)
     for step in (s for s in steps if tag in s.tags):
         u = uniform_rows(keys, clock, step.op, 0 if step.paired else tag, step.uniforms)
@@ -309,7 +315,7 @@ def apply_photo_steps(
             np.column_stack([rows, np.tile(np.array(tail), (len(keys), 1))]), dtype=np.float64
         )
         twin = _stand_in(step, view.shape[1:])
-        if twin is not None and not types_ready(step.apply, sig.args, quiet=False):
+        if twin is not None and not _compiled(step, view.dtype.name):
             for image, row in zip(view, params):
                 twin(image, row, tag)
         else:

@@ -15,7 +15,7 @@ import numba as nb
 import numpy as np
 import pytest
 
-from ffcv_pairs.kernels import warp_lanes
+from ffcv_pairs.kernels import warp_lanes, warp_quads
 
 ONE = 1 << 20
 
@@ -41,8 +41,9 @@ def _case(seed: int, height: int, width: int, n: int):
     x0, y0 = rng.integers(0, width - 1, n), rng.integers(0, height - 1, n)
     x0[-8:], y0[-8:] = width - 2, height - 2
     ax, ay = rng.integers(0, ONE, n), rng.integers(0, ONE, n)
-    ax[:16] = rng.choice(np.array([0, 1, ONE // 2, ONE - 1]), 16)
-    ay[8:24] = rng.choice(np.array([0, 1, ONE // 2, ONE - 1]), 16)
+    edges = np.array([0, 1, 511, 512, ONE // 2 - 1, ONE // 2, ONE - 1])  # and the cut's
+    ax[:16] = rng.choice(edges, 16)
+    ay[8:24] = rng.choice(edges, 16)
     xs, ys = (x0 << 20) + ax, (y0 << 20) + ay
     return s, xs.astype(np.int64), ys.astype(np.int64), (y0 * width + x0).astype(np.int64)
 
@@ -50,10 +51,11 @@ def _case(seed: int, height: int, width: int, n: int):
 def _definition(s, row, xs, ys, at):
     out = np.empty(len(at), np.uint8)
     for j, t in enumerate(at):
-        ax, ay = int(xs[j]) & (ONE - 1), int(ys[j]) & (ONE - 1)
+        # weights: the fractions cut to 11 bits, in 2048ths
+        ax, ay = (int(xs[j]) & (ONE - 1)) >> 9, (int(ys[j]) & (ONE - 1)) >> 9
         v = [int(s[t]), int(s[t + 1]), int(s[t + row]), int(s[t + row + 1])]
-        top, low = (ONE - ax) * v[0] + ax * v[1], (ONE - ax) * v[2] + ax * v[3]
-        out[j] = ((ONE - ay) * top + ay * low + (1 << 39)) >> 40
+        top, low = (2048 - ax) * v[0] + ax * v[1], (2048 - ax) * v[2] + ax * v[3]
+        out[j] = ((2048 - ay) * top + ay * low + (1 << 21)) >> 22
     return out
 
 
@@ -129,4 +131,65 @@ def test_taps8_kinds_are_the_row_loop(seed: int) -> None:
     for kind in ("intrinsic", "plain"):
         got = np.full((4, n), -7, np.int64)
         assert _taps_runner(kind)(line, size, *got) == bad, kind
+        np.testing.assert_array_equal(got, want, err_msg=kind)
+
+
+@functools.cache
+def _quads_runner(kind: str):
+    kernel = getattr(warp_quads, f"quads16_{kind}")
+
+    @nb.njit
+    def run(quads, d, planes, width, height, line, n):  # pragma: no cover - JIT
+        bits = np.zeros(n // 16, np.int64)
+        for x in range(0, n, 16):
+            bits[x // 16] = kernel(quads, d, planes, n, x, width, height, *line, x)
+        return bits
+
+    return run
+
+
+def _quads_definition(planes, s, width, height, line, n):
+    """Sixteen-lane steps of an affine row blended from ``planes`` planes of ``s``, in Python:
+    the lanes with a tap outside are 0 and set in the mask."""
+    bx, by, m00, m10 = line
+    out, bits = np.zeros((planes, n), np.uint8), np.zeros(n // 16, np.int64)
+    for x in range(n):
+        sx = math.floor((bx + m00 * float(x)) * ONE + 0.5)
+        sy = math.floor((by + m10 * float(x)) * ONE + 0.5)
+        x0, y0, wx, wy = sx >> 20, sy >> 20, (sx & (ONE - 1)) >> 9, (sy & (ONE - 1)) >> 9
+        if not (0 <= x0 < width - 1 and 0 <= y0 < height - 1):
+            bits[x // 16] |= 1 << (x % 16)
+            continue
+        for k in range(planes):
+            v = s[k, y0 : y0 + 2, x0 : x0 + 2].astype(np.int64)
+            top, low = (2048 - wx) * v[0, 0] + wx * v[0, 1], (2048 - wx) * v[1, 0] + wx * v[1, 1]
+            out[k, x] = ((2048 - wy) * top + wy * low + (1 << 21)) >> 22
+    return out, bits
+
+
+@pytest.mark.parametrize("planes", [2, 3, 4])
+@pytest.mark.parametrize("seed", range(4))
+def test_quads16_kinds_are_the_definition(planes: int, seed: int) -> None:
+    """Both kinds of :func:`quads16` against the blend of the taps' planes, lane by lane, on
+    rotated and scaled rows that leave the source (masked lanes) and on one of ties (seed 0:
+    points a half step of the fixed point apart, weights at the cut's edges); the planes'
+    words from :func:`interleave`."""
+    rng = np.random.default_rng([planes, seed])
+    n, width, height = 64, int(rng.integers(2, 40)), int(rng.integers(2, 40))
+    s = rng.integers(0, 256, (planes, height, width), dtype=np.uint8)
+    s[:, ::2] = rng.choice(np.array([0, 255], np.uint8), s[:, ::2].shape)
+    angle, scale = rng.uniform(-np.pi, np.pi), rng.uniform(0.7, 3.0)  # 45 pixels and more
+    start = (rng.uniform(0, width - 1), rng.uniform(0, height - 1))  # inside, then out
+    line = (*start, scale * math.cos(angle), scale * math.sin(angle))
+    if seed == 0:
+        line = (-1.5 + 2.0**-21, 0.5 + 2.0**-21, 0.5 + 2.0**-12, 2.0**-11)
+    quads = np.zeros(height * width, np.uint32)
+    warp_quads.interleave(s.reshape(-1), planes, height * width, quads)
+    want, bits = _quads_definition(planes, s, width, height, line, n)
+    assert np.count_nonzero(want) > 0 and bits.any()
+    for kind in ("intrinsic", "plain"):
+        got = np.full((planes, n), 7, np.uint8)
+        np.testing.assert_array_equal(
+            _quads_runner(kind)(quads, got.reshape(-1), planes, width, height, line, n), bits
+        )
         np.testing.assert_array_equal(got, want, err_msg=kind)

@@ -13,8 +13,9 @@ the kernel's paths:
   nothing); an affine row's path in the kernel (:func:`~.warp._taps`) computes the same
   numbers, its ``w`` being exactly 1;
 * points rounded to the fixed point of ``2**-20`` pixel, taps mapped by the padding mode
-  (the fill under constant padding), and the blend in integers for uint8 (exact: the blend
-  of the kernel's paths, rounded half up) or in doubles, in the kernel's order, for float32.
+  (the fill under constant padding), and the blend in integers for uint8 (exact, by weights
+  of ``2**-11``: the blend of the kernel's paths, rounded half up) or in doubles, in the
+  kernel's order, for float32 (see :mod:`.warp_points`).
 
 A whole-pixel move (the kernel copies it) gives the same bytes here: its weights are 1 and 0.
 """
@@ -24,14 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from .numpy_ops import border_indices
+from .warp_points import BITS, CUT, FAR, HALF_BLEND, ONE, SCALE, WEIGHT_BITS
 
 __all__ = ["warp_stand_in"]
-
-_BITS = 20  # as kernels/warp
-_ONE = 1 << _BITS
-_SCALE = float(_ONE)
-_HALF_BLEND = 1 << (2 * _BITS - 1)
-_FAR = 1e9
 
 
 def _points(m: np.ndarray, disp: np.ndarray, i: int, oh: int, ow: int):
@@ -40,7 +36,7 @@ def _points(m: np.ndarray, disp: np.ndarray, i: int, oh: int, ow: int):
     y = np.arange(oh, dtype=np.float64)[:, None]
     x = np.arange(ow, dtype=np.float64)[None, :]
     # one formula for every row: where the kernel takes an affine row's path (no
-    # displacement, w = (0 y + 1) + 0 x = 1, every point within _FAR) it reads these points
+    # displacement, w = (0 y + 1) + 0 x = 1, every point within FAR) it reads these points
     fx = x + (disp[i, :, :, 0] if disp.shape[0] > 0 else 0.0)
     fy = y + (disp[i, :, :, 1] if disp.shape[0] > 0 else 0.0)
     w = m[2, 1] * fy + m[2, 2] + m[2, 0] * fx
@@ -48,10 +44,10 @@ def _points(m: np.ndarray, disp: np.ndarray, i: int, oh: int, ow: int):
     den = np.where(front, w, 1.0)
     sx = (m[0, 1] * fy + m[0, 2] + m[0, 0] * fx) / den
     sy = (m[1, 1] * fy + m[1, 2] + m[1, 0] * fx) / den
-    inside = front & (abs(sx) < _FAR) & (abs(sy) < _FAR)
+    inside = front & (abs(sx) < FAR) & (abs(sy) < FAR)
     sx, sy = np.where(inside, sx, 0.0), np.where(inside, sy, 0.0)
-    fixed_x = np.floor(sx * _SCALE + 0.5).astype(np.int64)
-    fixed_y = np.floor(sy * _SCALE + 0.5).astype(np.int64)
+    fixed_x = np.floor(sx * SCALE + 0.5).astype(np.int64)
+    fixed_y = np.floor(sy * SCALE + 0.5).astype(np.int64)
     return fixed_x, fixed_y, inside
 
 
@@ -60,8 +56,8 @@ def _one(image: np.ndarray, out: np.ndarray, m, disp, i, mode: int, fill: float,
     planes, height, width, pixel = image.shape
     oh, ow = out.shape[1], out.shape[2]
     fixed_x, fixed_y, inside = _points(m, disp, i, oh, ow)
-    x0, y0 = fixed_x >> _BITS, fixed_y >> _BITS
-    ax, ay = fixed_x & (_ONE - 1), fixed_y & (_ONE - 1)
+    x0, y0 = fixed_x >> BITS, fixed_y >> BITS
+    ax, ay = fixed_x & (ONE - 1), fixed_y & (ONE - 1)
     work = np.int64 if rounding else np.float64
     level = work(int(fill)) if rounding else work(fill)  # a fill tap (a store cuts it)
 
@@ -76,12 +72,13 @@ def _one(image: np.ndarray, out: np.ndarray, m, disp, i, mode: int, fill: float,
 
     v00, v01, v10, v11 = tap(r0, c0), tap(r0, c1), tap(r1, c0), tap(r1, c1)
     ax, ay = ax[None, :, :, None], ay[None, :, :, None]
-    if rounding:
-        top = (v00 << _BITS) + ax * (v01 - v00)
-        low = (v10 << _BITS) + ax * (v11 - v10)
-        value = ((top << _BITS) + ay * (low - top) + _HALF_BLEND) >> (2 * _BITS)
+    if rounding:  # the weights of .warp_points.weight
+        wx, wy = ax >> CUT, ay >> CUT
+        top = (v00 << WEIGHT_BITS) + wx * (v01 - v00)
+        low = (v10 << WEIGHT_BITS) + wx * (v11 - v10)
+        value = ((top << WEIGHT_BITS) + wy * (low - top) + HALF_BLEND) >> (2 * WEIGHT_BITS)
     else:
-        fx, fy = ax / _SCALE, ay / _SCALE
+        fx, fy = ax / SCALE, ay / SCALE
         top = (1.0 - fx) * v00 + fx * v01
         value = (1.0 - fy) * top + fy * ((1.0 - fx) * v10 + fx * v11)
     value = np.where(inside[None, :, :, None], value, fill)

@@ -6,12 +6,12 @@ so LLVM does not vectorise it). Here eight consecutive outputs of a row are one 
 two 4-byte loads per output (at ``t``: its top taps in the low bytes; at ``t + row - 2``:
 its bottom taps in the high bytes, so no load reads past the last tap: a row is at least two
 bytes, the blend needs ``width > 1``), as gathers, then the exact integer blend of
-:func:`.warp._blend8` on the eight at once: the same integers, in 32-bit lanes where they fit
-and 64-bit ones for the last step.
+:func:`.warp_points.mix` on the eight at once, in 32-bit lanes (its weights have
+:data:`~.warp_points.WEIGHT_BITS` bits).
 
 The source points of an affine row come eight at a time too (:func:`taps8_intrinsic`): the
 float64 operations numba's per-pixel loop does, in 512-bit lanes where the CPU has them, the
-product by ``2**_BITS`` and the half added in one multiply-add (the product is exact, so the
+product by ``2**BITS`` and the half added in one multiply-add (the product is exact, so the
 sum rounds once either way), then the same stores.
 
 Each intrinsic has a plain-numba twin, ``*_plain`` (a value at a time: the definition the
@@ -31,6 +31,7 @@ from numba.extending import intrinsic
 
 from .llvmir import element_pointer, splat
 from .twins import pick
+from .warp_points import BITS, CUT, HALF_BLEND, ONE, SCALE, WEIGHT_BITS
 
 __all__ = [
     "GATHER_LANES",
@@ -43,10 +44,6 @@ __all__ = [
 ]
 
 GATHER_LANES = 8
-_BITS = 20  # as kernels/warp
-_ONE = 1 << _BITS
-_HALF_BLEND = 1 << (2 * _BITS - 1)
-_SCALE = float(_ONE)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 _V32 = ir.VectorType(_I32, GATHER_LANES)
@@ -72,7 +69,7 @@ def _gather32(builder, base, offsets):
 @intrinsic
 def blend8_gather_intrinsic(typingctx, s, d, t0, q, row, xs, ys, at, x):  # pragma: no cover - JIT
     """``d[q + j] = blend of s at t, t + 1, t + row, t + row + 1`` for ``j < 8``, where
-    ``t = t0 + at[x + j]`` and the weights are the low ``_BITS`` bits of ``xs[x + j]``,
+    ``t = t0 + at[x + j]`` and the weights are :func:`~.warp_points.weight` of ``xs[x + j]``,
     ``ys[x + j]`` (``s``, ``d``: uint8, C-contiguous; ``xs``, ``ys``, ``at``: int64 1-d;
     every tap inside ``s`` and ``row >= 2``)."""
     if s.dtype != types.uint8 or d.dtype != types.uint8:
@@ -95,17 +92,17 @@ def blend8_gather_intrinsic(typingctx, s, d, t0, q, row, xs, ys, at, x):  # prag
         v00, v01 = builder.and_(top4, byte), builder.and_(builder.lshr(top4, _const(8, _V32)), byte)
         v10 = builder.and_(builder.lshr(low4, _const(16, _V32)), byte)
         v11 = builder.lshr(low4, _const(24, _V32))
-        mask = _const(_ONE - 1, _V64)
-        ax = builder.trunc(builder.and_(lanes(xs_t, xs_v), mask), _V32)
-        ay = builder.sext(builder.trunc(builder.and_(lanes(ys_t, ys_v), mask), _V32), _V64)
-        shift = _const(_BITS, _V32)
+        mask, cut = _const(ONE - 1, _V64), _const(CUT, _V64)
+
+        def weights(arr_t, arr):  # .warp_points.weight, eight at a time
+            return builder.trunc(builder.lshr(builder.and_(lanes(arr_t, arr), mask), cut), _V32)
+
+        ax, ay, shift = weights(xs_t, xs_v), weights(ys_t, ys_v), _const(WEIGHT_BITS, _V32)
         top = builder.add(builder.shl(v00, shift), builder.mul(ax, builder.sub(v01, v00)))
         low = builder.add(builder.shl(v10, shift), builder.mul(ax, builder.sub(v11, v10)))
-        wide_top = builder.sext(top, _V64)
-        mixed = builder.mul(ay, builder.sext(builder.sub(low, top), _V64))
-        value = builder.add(builder.shl(wide_top, _const(_BITS, _V64)), mixed)
-        value = builder.add(value, _const(_HALF_BLEND, _V64))
-        value = builder.ashr(value, _const(2 * _BITS, _V64))
+        value = builder.add(builder.shl(top, shift), builder.mul(ay, builder.sub(low, top)))
+        value = builder.add(value, _const(HALF_BLEND, _V32))
+        value = builder.ashr(value, _const(2 * WEIGHT_BITS, _V32))
         out_t = ir.VectorType(ir.IntType(8), GATHER_LANES)
         out = element_pointer(context, builder, d_t, d_v, q, out_t)
         builder.store(builder.trunc(value, out_t), out, align=1)
@@ -116,15 +113,15 @@ def blend8_gather_intrinsic(typingctx, s, d, t0, q, row, xs, ys, at, x):  # prag
 
 @nb.njit(cache=True, nogil=True)
 def blend8_gather_plain(s, d, t0, q, row, xs, ys, at, x):  # pragma: no cover - JIT
-    """:func:`blend8_gather_intrinsic`'s twin: :func:`.warp._blend8`'s integers, a value at
-    a time (``(1 - a) p + a q`` as ``p + a (q - p)``, rounded half up)."""
-    mask = _ONE - 1
+    """:func:`blend8_gather_intrinsic`'s twin: :func:`.warp_points.mix`'s integers, a value
+    at a time (``(1 - a) p + a q`` as ``p + a (q - p)``, rounded half up)."""
     for j in range(GATHER_LANES):
-        t, ax, ay = t0 + at[x + j], xs[x + j] & mask, ys[x + j] & mask
+        t = t0 + at[x + j]
+        ax, ay = (xs[x + j] & (ONE - 1)) >> CUT, (ys[x + j] & (ONE - 1)) >> CUT
         v00, v10 = np.int64(s[t]), np.int64(s[t + row])
-        top = (v00 << _BITS) + ax * (np.int64(s[t + 1]) - v00)
-        low = (v10 << _BITS) + ax * (np.int64(s[t + row + 1]) - v10)
-        d[q + j] = ((top << _BITS) + ay * (low - top) + _HALF_BLEND) >> (2 * _BITS)
+        top = (v00 << WEIGHT_BITS) + ax * (np.int64(s[t + 1]) - v00)
+        low = (v10 << WEIGHT_BITS) + ax * (np.int64(s[t + row + 1]) - v10)
+        d[q + j] = ((top << WEIGHT_BITS) + ay * (low - top) + HALF_BLEND) >> (2 * WEIGHT_BITS)
 
 
 blend8_gather = pick(blend8_gather_intrinsic, blend8_gather_plain)
@@ -138,15 +135,15 @@ def _fconst(value: float) -> ir.Constant:
 
 
 def _fixed8(builder, b, m, fx):
-    """``floor((b + m x) * 2**_BITS + 1/2)`` of eight pixels, as numba computes it in
+    """``floor((b + m x) * 2**BITS + 1/2)`` of eight pixels, as numba computes it in
     :func:`.warp._taps`: ``b + m x`` a product then a sum (no contraction); then one
-    multiply-add for the product by ``2**_BITS`` (exact: a power of two) and the sum."""
+    multiply-add for the product by ``2**BITS`` (exact: a power of two) and the sum."""
     fn_t = ir.FunctionType(_F64, [_F64, _F64, _F64])
     fma = cgutils.get_or_insert_function(builder.module, fn_t, "llvm.fma.v8f64")
     floor_t = ir.FunctionType(_F64, [_F64])
     floor = cgutils.get_or_insert_function(builder.module, floor_t, "llvm.floor.v8f64")
     u = builder.fadd(splat(builder, b, GATHER_LANES), builder.fmul(splat(builder, m, 8), fx))
-    fixed = builder.call(floor, [builder.call(fma, [u, _fconst(float(_ONE)), _fconst(0.5)])])
+    fixed = builder.call(floor, [builder.call(fma, [u, _fconst(float(ONE)), _fconst(0.5)])])
     return builder.fptosi(fixed, _V64)
 
 
@@ -167,7 +164,7 @@ def taps8_intrinsic(
         step = ir.Constant(_V64, [ir.Constant(_I64, j) for j in range(GATHER_LANES)])
         fx = builder.sitofp(builder.add(splat(builder, x_v, GATHER_LANES), step), _F64)
         sx, sy = _fixed8(builder, bx_v, m00_v, fx), _fixed8(builder, by_v, m10_v, fx)
-        x0, y0 = builder.ashr(sx, _const(_BITS, _V64)), builder.ashr(sy, _const(_BITS, _V64))
+        x0, y0 = builder.ashr(sx, _const(BITS, _V64)), builder.ashr(sy, _const(BITS, _V64))
 
         def below(value, bound):  # 0 <= value < bound - 1, one unsigned compare
             last = builder.sub(bound, ir.Constant(_I64, 1))
@@ -196,9 +193,9 @@ def taps8_plain(bx, by, m00, m10, width, height, row, px, xs, ys, at, ok, x):  #
     """:func:`taps8_intrinsic`'s twin: :func:`.warp._taps`' affine loop on eight pixels."""
     bad, u = np.int64(0), np.uint64
     for j in range(x, x + GATHER_LANES):
-        sx = np.int64(math.floor((bx + m00 * j) * _SCALE + 0.5))
-        sy = np.int64(math.floor((by + m10 * j) * _SCALE + 0.5))
-        x0, y0 = sx >> _BITS, sy >> _BITS
+        sx = np.int64(math.floor((bx + m00 * j) * SCALE + 0.5))
+        sy = np.int64(math.floor((by + m10 * j) * SCALE + 0.5))
+        x0, y0 = sx >> BITS, sy >> BITS
         good = np.int64(u(x0) < u(width - 1)) & np.int64(u(y0) < u(height - 1))
         xs[j], ys[j], at[j], ok[j] = sx, sy, (y0 * row + x0 * px) * good, good + 2
         bad += 1 - good

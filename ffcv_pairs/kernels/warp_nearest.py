@@ -1,7 +1,7 @@
-"""Nearest sampling of the matrix geometry (:mod:`ffcv_pairs.kernels.warp` defines the
-point each output pixel reads, ``_source``): the pixel at ``(floor(sx + 1/2),
-floor(sy + 1/2))``, mapped by the padding mode, copied as bytes (any dtype: a dense mask), or
-the fill. One compile, a small ``cache=True`` function with a serial twin.
+"""Nearest sampling of the matrix geometry (:func:`~.warp_points.source_point` is the point
+each output pixel reads): the pixel at ``(floor(sx + 1/2), floor(sy + 1/2))``, mapped by the
+padding mode, copied as bytes (any dtype: a dense mask), or the fill. One compile, a small
+``cache=True`` function with a serial twin.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numba as nb
 import numpy as np
 
 from .geometry import border
-from .warp import _BITS, _ONE, _source
+from .warp_points import BITS, ONE, source_point
 
 __all__ = ["warp_nearest", "warp_nearest_serial"]
 
@@ -21,11 +21,11 @@ def _nearest_one(src, dst, m, disp, i, mode, fill):  # pragma: no cover - JIT
     oh, ow = dst.shape[1], dst.shape[2]
     for y in range(oh):
         for x in range(ow):
-            sx, sy, inside = _source(m, disp, i, y, x)
+            sx, sy, inside = source_point(m, disp, i, y, x)
             r, c = np.int64(-1), np.int64(-1)
             if inside:
-                r = border((sy + (_ONE >> 1)) >> _BITS, height, mode)
-                c = border((sx + (_ONE >> 1)) >> _BITS, width, mode)
+                r = border((sy + (ONE >> 1)) >> BITS, height, mode)
+                c = border((sx + (ONE >> 1)) >> BITS, width, mode)
             for k in range(planes):
                 for b in range(nbytes):
                     dst[k, y, x, b] = fill[b] if r < 0 or c < 0 else src[k, r, c, b]

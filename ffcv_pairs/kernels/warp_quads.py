@@ -1,0 +1,231 @@
+"""Sixteen pixels of an affine output row at a time, for uint8 images of 2 to 4 planes (RGB),
+from a copy of the source with one 4-byte word per pixel.
+
+The planar blend (:func:`~.warp_lanes.blend8_gather`) gathers two 4-byte words per output
+value and plane, and those gathers set a rotation's speed. Here the source's planes are
+first interleaved into one word per pixel (:func:`interleave`: plane ``k`` in byte ``k``), so
+one 8-byte gather brings a pixel's two top taps in every plane and one more its two bottom
+taps: a third of the gathered elements for RGB. The points come as
+:func:`~.warp_lanes.taps8_intrinsic` computes them (the same float64 operations, sixteen
+lanes), the blend as :func:`~.warp_points.mix` (32-bit lanes). A lane whose four taps are not
+all inside reads nothing (it is masked out of the gathers) and is written as the blend of
+zeros, 0: :func:`quad_row` lists it for the edge path (:func:`~.warp_edges.edge_row`), which
+overwrites it.
+
+The intrinsic has a plain-numba twin (:func:`quads16_plain`, a pixel at a time: the
+definition the tests compare it with byte for byte); :data:`quads16` is the kind this process
+runs (:func:`~.twins.pick`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from .llvmir import element_pointer, splat
+from .twins import pick
+from .warp_points import BITS, CUT, HALF_BLEND, ONE, SCALE, WEIGHT_BITS
+
+__all__ = [
+    "QUAD_LANES",
+    "interleave",
+    "quad_row",
+    "quads16",
+    "quads16_intrinsic",
+    "quads16_plain",
+    "source_words",
+]
+
+QUAD_LANES = 16
+_I32, _I64, _F64 = ir.IntType(32), ir.IntType(64), ir.DoubleType()
+_V32, _V64, _VF = (ir.VectorType(t, QUAD_LANES) for t in (_I32, _I64, _F64))
+_HALF = ir.VectorType(_I64, QUAD_LANES // 2)
+
+
+def _const(vec_t: ir.VectorType, value) -> ir.Constant:
+    return ir.Constant(vec_t, [ir.Constant(vec_t.element, value)] * vec_t.count)
+
+
+def _pick(builder, vec, first: int, count: int):
+    """Lanes ``first .. first + count - 1`` of ``vec``."""
+    index = ir.Constant(ir.VectorType(_I32, count), list(range(first, first + count)))
+    return builder.shuffle_vector(vec, vec, index)
+
+
+def _fixed16(builder, b, m, fx):
+    """``floor((b + m x) * 2**BITS + 1/2)`` of sixteen pixels, as
+    :func:`~.warp_lanes.taps8_intrinsic` computes it (product, sum, then one multiply-add)."""
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_VF, [_VF, _VF, _VF]), "llvm.fma.v16f64"
+    )
+    floor = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_VF, [_VF]), "llvm.floor.v16f64"
+    )
+    u = builder.fadd(splat(builder, b, QUAD_LANES), builder.fmul(splat(builder, m, 16), fx))
+    fixed = builder.call(floor, [builder.call(fma, [u, _const(_VF, SCALE), _const(_VF, 0.5)])])
+    return builder.fptosi(fixed, _V64)
+
+
+def _gather_words(builder, base, index, good):
+    """The 8-byte words at the 4-byte words ``index`` of ``base`` (sixteen lanes, two gathers
+    of eight); lanes not ``good`` read nothing and are 0."""
+    fn_t = ir.FunctionType(
+        _HALF, [ir.VectorType(_I64.as_pointer(), 8), _I32, ir.VectorType(ir.IntType(1), 8), _HALF]
+    )
+    fn = cgutils.get_or_insert_function(builder.module, fn_t, "llvm.masked.gather.v8i64.v8p0")
+    start = splat(builder, builder.ptrtoint(base, _I64), 8)
+    halves = []
+    for first in (0, 8):
+        offsets = builder.shl(_pick(builder, index, first, 8), _const(_HALF, 2))
+        ptrs = builder.inttoptr(builder.add(start, offsets), ir.VectorType(_I64.as_pointer(), 8))
+        mask = _pick(builder, good, first, 8)
+        halves.append(builder.call(fn, [ptrs, ir.Constant(_I32, 4), mask, _const(_HALF, 0)]))
+    words = builder.shuffle_vector(halves[0], halves[1], ir.Constant(_V32, list(range(16))))
+    return builder.trunc(words, _V32), builder.trunc(builder.lshr(words, _const(_V64, 32)), _V32)
+
+
+def _blend_plane(builder, words, k, ax, ay):
+    """Plane ``k``'s blend (32-bit lanes) of the taps in byte ``k`` of ``words`` (top left,
+    top right, bottom left, bottom right), weights ``ax``, ``ay``."""
+    v00, v01, v10, v11 = (
+        builder.and_(builder.lshr(word, _const(_V32, 8 * k)), _const(_V32, 255)) for word in words
+    )
+    shift = _const(_V32, WEIGHT_BITS)
+    upper = builder.add(builder.shl(v00, shift), builder.mul(ax, builder.sub(v01, v00)))
+    lower = builder.add(builder.shl(v10, shift), builder.mul(ax, builder.sub(v11, v10)))
+    value = builder.add(builder.shl(upper, shift), builder.mul(ay, builder.sub(lower, upper)))
+    value = builder.add(value, _const(_V32, HALF_BLEND))
+    return builder.ashr(value, _const(_V32, 2 * WEIGHT_BITS))
+
+
+@intrinsic
+def quads16_intrinsic(
+    typingctx, quads, d, planes, plane_out, q, width, height, bx, by, m00, m10, x
+):  # pragma: no cover - JIT
+    """Pixels ``x .. x + 15`` of an affine output row (it reads ``(bx + m00 x, by + m10
+    x)``) blended from ``quads`` (:func:`interleave` of a ``height`` by ``width`` source) into
+    ``d[k * plane_out + q + j]`` for each plane ``k < planes`` (2 to 4). Returns the bit mask
+    of the lanes whose taps are not all inside (written 0)."""
+    i8, f8 = types.intp, types.float64
+    if quads.dtype != types.uint32 or d.dtype != types.uint8:
+        raise TypeError(f"quads16 blends uint32 words into uint8, not {quads.dtype} into {d.dtype}")
+    sig = types.intp(quads, d, i8, i8, i8, i8, i8, f8, f8, f8, f8, i8)
+
+    def codegen(context, builder, signature, args):
+        quads_t, d_t = signature.args[:2]
+        quads_v, d_v, planes_v, plane_out, q, width_v, height_v, bx, by, m00, m10, x = args
+        step = ir.Constant(_V64, [ir.Constant(_I64, j) for j in range(QUAD_LANES)])
+        fx = builder.sitofp(builder.add(splat(builder, x, QUAD_LANES), step), _VF)
+        sx, sy = _fixed16(builder, bx, m00, fx), _fixed16(builder, by, m10, fx)
+        x0, y0 = builder.ashr(sx, _const(_V64, BITS)), builder.ashr(sy, _const(_V64, BITS))
+
+        def below(value, bound):  # 0 <= value < bound - 1, one unsigned compare
+            last = splat(builder, builder.sub(bound, ir.Constant(_I64, 1)), QUAD_LANES)
+            return builder.icmp_unsigned("<", value, last)
+
+        good = builder.and_(below(x0, width_v), below(y0, height_v))
+        top = builder.add(builder.mul(y0, splat(builder, width_v, QUAD_LANES)), x0)
+        low = builder.add(top, splat(builder, width_v, QUAD_LANES))
+        base = element_pointer(context, builder, quads_t, quads_v, ir.Constant(_I64, 0), _I32)
+        (t0, t1), (b0, b1) = (
+            _gather_words(builder, base, top, good),
+            _gather_words(builder, base, low, good),
+        )
+
+        def weights(fixed):  # .warp_points.weight, sixteen at a time
+            cut = builder.lshr(builder.and_(fixed, _const(_V64, ONE - 1)), _const(_V64, CUT))
+            return builder.trunc(cut, _V32)
+
+        ax, ay = weights(sx), weights(sy)
+        out_t = ir.VectorType(ir.IntType(8), QUAD_LANES)
+        for k in range(4):  # planes 0 .. planes - 1
+            lit = builder.icmp_signed(">", planes_v, ir.Constant(_I64, k))
+            with builder.if_then(lit, likely=k < 3):
+                value = _blend_plane(builder, (t0, t1, b0, b1), k, ax, ay)
+                at = builder.add(q, builder.mul(plane_out, ir.Constant(_I64, k)))
+                out = element_pointer(context, builder, d_t, d_v, at, out_t)
+                builder.store(builder.trunc(value, out_t), out, align=1)
+        bits = builder.bitcast(builder.not_(good), ir.IntType(QUAD_LANES))
+        return builder.zext(bits, _I64)
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, nogil=True)
+def quads16_plain(
+    quads, d, planes, plane_out, q, width, height, bx, by, m00, m10, x
+):  # pragma: no cover - JIT
+    """:func:`quads16_intrinsic`'s twin, a pixel at a time."""
+    bits, u = np.int64(0), np.uint64
+    for j in range(QUAD_LANES):
+        sx = np.int64(math.floor((bx + m00 * (x + j)) * SCALE + 0.5))
+        sy = np.int64(math.floor((by + m10 * (x + j)) * SCALE + 0.5))
+        x0, y0 = sx >> BITS, sy >> BITS
+        good = u(x0) < u(width - 1) and u(y0) < u(height - 1)
+        wx, wy = (sx & (ONE - 1)) >> CUT, (sy & (ONE - 1)) >> CUT
+        t = y0 * width + x0 if good else 0  # a lane not good reads nothing: its taps are 0
+        w00, w01 = np.int64(quads[t]) * good, np.int64(quads[t + 1]) * good
+        w10, w11 = np.int64(quads[t + width]) * good, np.int64(quads[t + width + 1]) * good
+        for k in range(planes):
+            v00, v01 = (w00 >> (8 * k)) & 255, (w01 >> (8 * k)) & 255
+            v10, v11 = (w10 >> (8 * k)) & 255, (w11 >> (8 * k)) & 255
+            upper = (v00 << WEIGHT_BITS) + wx * (v01 - v00)
+            lower = (v10 << WEIGHT_BITS) + wx * (v11 - v10)
+            mixed = (upper << WEIGHT_BITS) + wy * (lower - upper) + HALF_BLEND
+            d[k * plane_out + q + j] = mixed >> (2 * WEIGHT_BITS)
+        bits |= np.int64(0 if good else 1) << j
+    return bits
+
+
+quads16 = pick(quads16_intrinsic, quads16_plain)
+
+
+@nb.njit(cache=True, nogil=True)
+def interleave(s, planes, plane_in, quads):  # pragma: no cover - JIT
+    """``quads[j]``: pixel ``j`` of every plane of the flat uint8 source ``s`` (``planes``
+    planes of ``plane_in`` values), plane ``k`` in byte ``k`` (the others 0)."""
+    for j in range(plane_in):
+        quads[j] = np.uint32(s[j])
+    for k in range(1, planes):
+        shift, plane = np.uint32(8 * k), s[k * plane_in : (k + 1) * plane_in]
+        for j in range(plane_in):
+            quads[j] |= np.uint32(plane[j]) << shift
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def source_words(s8, m, disp, st, height, width, ow, blends):  # pragma: no cover - JIT
+    """The source's words (:func:`interleave`) where :func:`quad_row` serves a sample: uint8
+    ``blends`` (not each axis apart), 2 to 4 planes of one value a pixel, rows of at least
+    sixteen pixels, an affine matrix; else an empty array."""
+    affine = disp.shape[0] == 0 and m[2, 0] == 0.0 and m[2, 1] == 0.0 and m[2, 2] == 1.0
+    quad = blends and affine and st.pixel == 1 and 2 <= st.planes <= 4 and ow >= QUAD_LANES
+    quads = np.empty(height * width if quad else 0, np.uint32)
+    if quad:
+        interleave(s8, st.planes, height * width, quads)
+    return quads
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def quad_row(quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge):  # pragma: no cover
+    """Output row ``y`` of an affine uint8 warp by ``m`` (it reads ``(bx + m00 x, by + m10
+    x)``, ``ow >= 16``) blended sixteen pixels a step (:data:`quads16`, the last step overlapping
+    the one before); the pixels with a tap outside are listed in ``edge`` with their points
+    in ``xs``, ``ys`` (as :func:`~.warp._taps` stores them). Returns how many."""
+    e, done, m00, m10 = 0, 0, m[0, 0], m[1, 0]
+    for x in range(0, ow, QUAD_LANES):
+        x = min(x, ow - QUAD_LANES)
+        q = y * ow + x
+        bits = quads16(quads, d8, st.planes, st.plane_out, q, width, height, bx, by, m00, m10, x)
+        for j in range(done - x, QUAD_LANES):  # lanes an earlier step listed are left out
+            if (bits >> j) & 1:
+                xs[x + j] = np.int64(math.floor((bx + m00 * (x + j)) * SCALE + 0.5))
+                ys[x + j] = np.int64(math.floor((by + m10 * (x + j)) * SCALE + 0.5))
+                edge[e] = x + j
+                e += 1
+        done = x + QUAD_LANES
+    return e

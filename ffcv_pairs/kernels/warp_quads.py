@@ -188,13 +188,23 @@ quads16 = pick(quads16_intrinsic, quads16_plain)
 @nb.njit(cache=True, nogil=True)
 def interleave(s, planes, plane_in, quads):  # pragma: no cover - JIT
     """``quads[j]``: pixel ``j`` of every plane of the flat uint8 source ``s`` (``planes``
-    planes of ``plane_in`` values), plane ``k`` in byte ``k`` (the others 0)."""
-    for j in range(plane_in):
-        quads[j] = np.uint32(s[j])
-    for k in range(1, planes):
-        shift, plane = np.uint32(8 * k), s[k * plane_in : (k + 1) * plane_in]
-        for j in range(plane_in):
-            quads[j] |= np.uint32(plane[j]) << shift
+    planes of ``plane_in`` values, 1 to 4), plane ``k`` in byte ``k`` (the others 0). One
+    pass: a loop per plane count, each vectorised."""
+    u, n = np.uint32, plane_in
+    p0, p1 = s[:n], s[n : 2 * n] if planes > 1 else s[:n]
+    p2, p3 = s[2 * n : 3 * n] if planes > 2 else s[:n], s[3 * n : 4 * n] if planes > 3 else s[:n]
+    if planes == 4:
+        for j in range(n):
+            quads[j] = u(p0[j]) | u(p1[j]) << 8 | u(p2[j]) << 16 | u(p3[j]) << 24
+    elif planes == 3:
+        for j in range(n):
+            quads[j] = u(p0[j]) | u(p1[j]) << 8 | u(p2[j]) << 16
+    elif planes == 2:
+        for j in range(n):
+            quads[j] = u(p0[j]) | u(p1[j]) << 8
+    else:
+        for j in range(n):
+            quads[j] = u(p0[j])
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -221,8 +231,9 @@ def quad_row(quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge):  # p
         x = min(x, ow - QUAD_LANES)
         q = y * ow + x
         bits = quads16(quads, d8, st.planes, st.plane_out, q, width, height, bx, by, m00, m10, x)
-        for j in range(done - x, QUAD_LANES):  # lanes an earlier step listed are left out
-            if (bits >> j) & 1:
+        bits >>= done - x  # lanes an earlier step listed are left out
+        for j in range(done - x, QUAD_LANES if bits else 0):
+            if (bits >> (j - (done - x))) & 1:
                 xs[x + j] = np.int64(math.floor((bx + m00 * (x + j)) * SCALE + 0.5))
                 ys[x + j] = np.int64(math.floor((by + m10 * (x + j)) * SCALE + 0.5))
                 edge[e] = x + j

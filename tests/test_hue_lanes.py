@@ -70,3 +70,32 @@ def test_hue16_is_hue_pixel_on_each_pixel(kind: str) -> None:
         turn = np.float32(6.0 * shift)
         want = np.array([hue_lanes.hue_pixel(*px, turn) for px in pixels.T], np.float32).T
         _same(got, want)
+
+
+@functools.cache
+def _summer(kind: str):
+    step = getattr(hue_lanes, f"lane_sums_{kind}")
+
+    @nb.njit
+    def run(row, a, chunks, acc):  # pragma: no cover - JIT
+        step(row, a, chunks, acc)
+
+    return run
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_lane_sums_add_each_lane_in_order(kind: str) -> None:
+    """Each of the 64 running sums of both kinds: its values in order, widened to float64
+    and added one at a time (a start ``a`` off the row's start, sums that do not start at
+    zero, values whose float64 sums round, and none: ``chunks`` 0 keeps ``acc``)."""
+    rng = np.random.default_rng(13)
+    row = (rng.random(64 * 40 + 7) * 10.0 ** rng.integers(-9, 3, 64 * 40 + 7)).astype(np.float32)
+    start = rng.random(hue_lanes.SUM_LANES) * 1e3
+    for a, chunks in ((0, 40), (7, 39), (5, 0), (3, 1)):
+        acc = start.copy()
+        _summer(kind)(row, a, chunks, acc)
+        want = start.copy()
+        for i in range(chunks):
+            for k in range(hue_lanes.SUM_LANES):
+                want[k] += np.float64(row[a + 64 * i + k])
+        assert acc.tobytes() == want.tobytes(), (a, chunks)

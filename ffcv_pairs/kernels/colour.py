@@ -31,7 +31,7 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from .hue_lanes import HUE_LANES, hue16
+from .hue_lanes import HUE_LANES, SUM_LANES, hue16, lane_sums
 
 __all__ = ["JITTER_PARTS", "channel_shuffle", "color_jitter", "grayscale"]
 
@@ -41,7 +41,7 @@ _R, _G, _B = 0.2989, 0.587, 0.114
 
 
 _BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1; % 16 == 0
-_LANES = 64  # partial sums of the contrast mean
+_LANES = SUM_LANES  # partial sums of the contrast mean
 
 
 def _is_bytes(image):  # pragma: no cover - typed by the overload below
@@ -130,15 +130,14 @@ def _store(work, w0, flat, pixel, j0, j1, low, high, rounds):  # pragma: no cove
 def _add_sums(work, a, b, sums):  # pragma: no cover - JIT
     """``sums[c, k]`` (float64, ``_LANES`` a channel) += the values ``j`` of ``work[c, a:b]``
     with ``j - a`` = ``k`` modulo ``_LANES``: partial sums in an order fixed by the code (the
-    same on every run) that LLVM vectorises, where one running sum would wait on each add."""
+    same on every run), held in registers across the block (:func:`.hue_lanes.lane_sums`),
+    where one running sum would wait on each add."""
+    full = (b - a) // _LANES
     for c in range(work.shape[0]):
-        acc, row = sums[c], work[c][a:b]  # two slices a channel, none a row of 64 (each costs)
-        full = len(row) - len(row) % _LANES
-        for j in range(0, full, _LANES):
-            for k in range(_LANES):
-                acc[k] += row[j + k]
-        for k in range(len(row) - full):
-            acc[k] += row[full + k]
+        acc, row = sums[c], work[c]
+        lane_sums(row, a, full, acc)
+        for k in range(b - a - full * _LANES):
+            acc[k] += row[a + full * _LANES + k]
 
 
 @nb.njit(cache=True, nogil=True)

@@ -27,10 +27,22 @@ from numba.extending import intrinsic
 from .llvmir import element_pointer, splat
 from .twins import pick
 
-__all__ = ["HUE_LANES", "hue16", "hue16_intrinsic", "hue16_plain", "hue_pixel"]
+__all__ = [
+    "HUE_LANES",
+    "SUM_LANES",
+    "hue16",
+    "hue16_intrinsic",
+    "hue16_plain",
+    "hue_pixel",
+    "lane_sums",
+    "lane_sums_intrinsic",
+    "lane_sums_plain",
+]
 
 HUE_LANES = 16  # pixels a call
+SUM_LANES = 64  # running sums of lane_sums
 _V = ir.VectorType(ir.FloatType(), HUE_LANES)
+_SUM_PART = 8  # running sums a register: <8 x double>
 
 
 @nb.njit(cache=True, nogil=True)
@@ -120,3 +132,70 @@ def hue16_plain(r, g, b, j, turn):  # pragma: no cover - JIT
 
 
 hue16 = pick(hue16_intrinsic, hue16_plain)
+
+
+@intrinsic
+def lane_sums_intrinsic(typingctx, row, a, chunks, acc):  # pragma: no cover - JIT
+    """``acc[k] += row[a + 64 * i + k]`` (float32 widened to float64) for ``i`` in
+    ``range(chunks)``, then ``k``: each of the 64 running sums in the order of its values, as
+    :func:`lane_sums_plain`, but held in eight ``<8 x double>`` registers across the loop
+    (numba's loop loads and stores them for every 64 values). ``row``: float32, ``acc``:
+    float64, both C-contiguous 1-d, unchecked (``row`` at least ``a + 64 * chunks`` long,
+    ``acc`` 64)."""
+    row_t, acc_t = types.Array(types.float32, 1, "C"), types.Array(types.float64, 1, "C")
+    ints = isinstance(a, types.Integer) and isinstance(chunks, types.Integer)
+    if (row, acc) != (row_t, acc_t) or not ints:
+        raise TypingError(f"lane_sums takes float32[::1], two ints, float64[::1]; got {row}")
+    sig = types.void(row, a, chunks, acc)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        part_f = ir.VectorType(ir.FloatType(), _SUM_PART)
+        part_d = ir.VectorType(ir.DoubleType(), _SUM_PART)
+        start = context.cast(builder, args[1], signature.args[1], types.intp)
+        count = context.cast(builder, args[2], signature.args[2], types.intp)
+        ptrs = [
+            element_pointer(context, builder, acc_t, args[3], ir.Constant(i64, m), part_d)
+            for m in range(0, SUM_LANES, _SUM_PART)
+        ]
+        first = [builder.load(p, align=8) for p in ptrs]
+        entry = builder.block
+        head = builder.append_basic_block("lane_sums.head")
+        body = builder.append_basic_block("lane_sums.body")
+        done = builder.append_basic_block("lane_sums.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        i = builder.phi(i64)
+        sums = [builder.phi(part_d) for _ in ptrs]
+        i.add_incoming(ir.Constant(i64, 0), entry)
+        for s, v in zip(sums, first):
+            s.add_incoming(v, entry)
+        builder.cbranch(builder.icmp_signed("<", i, count), body, done)
+        builder.position_at_end(body)
+        base = builder.add(start, builder.mul(i, ir.Constant(i64, SUM_LANES)))
+        added = []
+        for m, s in enumerate(sums):
+            at = builder.add(base, ir.Constant(i64, m * _SUM_PART))
+            x = builder.load(element_pointer(context, builder, row_t, args[0], at, part_f), align=4)
+            added.append(builder.fadd(s, builder.fpext(x, part_d)))
+        i.add_incoming(builder.add(i, ir.Constant(i64, 1)), body)
+        for s, v in zip(sums, added):
+            s.add_incoming(v, body)
+        builder.branch(head)
+        builder.position_at_end(done)
+        for p, s in zip(ptrs, sums):
+            builder.store(s, p, align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, nogil=True)
+def lane_sums_plain(row, a, chunks, acc):  # pragma: no cover - JIT
+    """:func:`lane_sums_intrinsic`'s twin: the definition, a value at a time."""
+    for i in range(chunks):
+        for k in range(SUM_LANES):
+            acc[k] += row[a + SUM_LANES * i + k]
+
+
+lane_sums = pick(lane_sums_intrinsic, lane_sums_plain)

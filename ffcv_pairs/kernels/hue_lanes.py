@@ -7,7 +7,10 @@ writes the same steps on ``<16 x float>`` vectors: one 512-bit register where th
 AVX-512, two 256-bit halves where it has AVX2 (LLVM splits them), the same values either
 way. Each step is the IR numba emits for the plain code: ``max(a, b)`` is ``b > a ? b : a``
 and ``min(a, b)`` is ``b < a ? b : a`` (ordered compares), ``np.floor`` is ``llvm.floor``,
-and no fast-math flag is set, so LLVM changes no rounding.
+and no fast-math flag is set, so LLVM changes no rounding. One step is fused: ``k - 6 *
+floor(k / 6)`` is one multiply-add (``llvm.fma``), as the product is exact (``6 f``, ``f``
+whole and below ``2**21``: ``|k|`` is about ``|turn| + 10`` at most, so any ``|turn| <
+10**6`` keeps it), so its one rounding is the subtraction's.
 
 :func:`hue_pixel` is the definition (torchvision's ``_rgb2hsv``, shift, ``_hsv2rgb``, in the
 branch-free form :mod:`.colour` describes); :func:`hue16_plain` applies it to sixteen pixels,
@@ -102,6 +105,9 @@ def hue16_intrinsic(typingctx, r, g, b, j, turn):  # pragma: no cover - JIT
         floor = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(_V, [_V]), "llvm.floor.v16f32"
         )
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_V, [_V, _V, _V]), "llvm.fma.v16f32"
+        )
         v, low = most(x, most(y, z)), least(x, least(y, z))
         spread = builder.fsub(v, low)
         is_x, is_y = builder.fcmp_ordered("==", v, x), builder.fcmp_ordered("==", v, y)
@@ -116,7 +122,7 @@ def hue16_intrinsic(typingctx, r, g, b, j, turn):  # pragma: no cover - JIT
         for p, n in zip(ptrs, (5.0, 3.0, 1.0)):
             k = builder.fadd(h, _splat(n))
             turns = builder.call(floor, [builder.fmul(k, _splat(1.0 / 6.0))])
-            k = builder.fsub(k, builder.fmul(_splat(6.0), turns))
+            k = builder.call(fma, [_splat(-6.0), turns, k])  # k - 6 turns: the product exact
             w = most(least(k, builder.fsub(_splat(4.0), k)), _splat(0.0))
             builder.store(builder.fsub(v, least(builder.fmul(spread, w), spread)), p, align=4)
         return context.get_dummy_value()

@@ -155,27 +155,51 @@ def _gray_mean(sums, n):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _scale(work, a, b, factor, mean):  # pragma: no cover - JIT
-    """Brightness (``mean`` 0) or contrast: ``clamp(factor * t + (1 - factor) * mean)``."""
+def _scale(work, a, b, factor, mean, unit):  # pragma: no cover - JIT
+    """Brightness (``mean`` 0) or contrast: ``clamp(factor * t + (1 - factor) * mean)``.
+
+    ``unit``: every value lies in ``[0, 1]`` (uint8 ``[0, 255]``, see :func:`_store`), so
+    a bound the value cannot pass is not applied (``max(v, 0)`` is ``v`` for ``v >= 0``, as
+    ``min(v, 1)`` for ``v <= 1``): a factor in ``[0, 1]`` keeps ``factor * t`` in ``[0, 1]``
+    and, with a mean in ``[0, 1]``, the contrast's value ``>= 0``; any factor ``>= 0`` keeps
+    a brightness ``>= 0``. The same values, fewer operations."""
     f, add = np.float32(factor), np.float32((1.0 - factor) * mean)
     zero, one = np.float32(0.0), np.float32(1.0)
+    low = unit and 0.0 <= factor <= 1.0  # no value below 0 (add >= 0 then)
     for c in range(work.shape[0]):
         row = work[c][a:b]
-        if add == 0.0:  # brightness: f * t + 0 is f * t (or -0 for +0: the same after the clamp)
+        if add == 0.0 and low:  # brightness f * t, in [0, 1]
+            for j in range(len(row)):
+                row[j] = f * row[j]
+        elif add == 0.0 and unit and factor >= 0.0:  # brightness f * t >= 0
+            for j in range(len(row)):
+                row[j] = min(f * row[j], one)
+        elif add == 0.0:  # brightness: f * t + 0 is f * t (or -0 for +0: the same after the clamp)
             for j in range(len(row)):
                 row[j] = min(max(f * row[j], zero), one)
+        elif low:  # contrast >= 0
+            for j in range(len(row)):
+                row[j] = min(f * row[j] + add, one)
         else:
             for j in range(len(row)):
                 row[j] = min(max(f * row[j] + add, zero), one)
 
 
 @nb.njit(cache=True, nogil=True)
-def _saturate(work, a, b, factor):  # pragma: no cover - JIT
-    """Saturation: ``clamp(factor * t + (1 - factor) * gray)`` per pixel."""
+def _saturate(work, a, b, factor, unit):  # pragma: no cover - JIT
+    """Saturation: ``clamp(factor * t + (1 - factor) * gray)`` per pixel (``unit`` and a
+    factor in ``[0, 1]``: no value below 0, as in :func:`_scale`)."""
     r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
     f, rest = np.float32(factor), np.float32(1.0 - factor)
     wr, wg, wb = np.float32(_R), np.float32(_G), np.float32(_B)
     zero, one = np.float32(0.0), np.float32(1.0)
+    if unit and 0.0 <= factor <= 1.0:
+        for j in range(len(r)):
+            gray = rest * (wr * r[j] + wg * g[j] + wb * bl[j])
+            r[j] = min(f * r[j] + gray, one)
+            g[j] = min(f * g[j] + gray, one)
+            bl[j] = min(f * bl[j] + gray, one)
+        return
     for j in range(len(r)):
         gray = rest * (wr * r[j] + wg * g[j] + wb * bl[j])
         r[j] = min(max(f * r[j] + gray, zero), one)
@@ -196,17 +220,18 @@ def _hue(work, a, b, shift):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _parts(work, a, b, params, first, last, mean):  # pragma: no cover - JIT
-    """The jitter's parts ``order[first:last]`` that are on, on ``work[:, a:b]``."""
+def _parts(work, a, b, params, first, last, mean, unit):  # pragma: no cover - JIT
+    """The jitter's parts ``order[first:last]`` that are on, on ``work[:, a:b]`` (``unit``:
+    see :func:`_scale`)."""
     for k in range(first, last):
         part = int(params[k])
         if params[8 + part] == 0.0:
             continue
         factor = params[4 + part]
         if part <= 1:  # brightness: contrast about 0
-            _scale(work, a, b, factor, mean if part == 1 else 0.0)
+            _scale(work, a, b, factor, mean if part == 1 else 0.0, unit)
         elif part == 2:
-            _saturate(work, a, b, factor)
+            _saturate(work, a, b, factor, unit)
         else:
             _hue(work, a, b, factor)
 
@@ -226,6 +251,7 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     if params[8] == 0.0 and params[9] == 0.0 and params[10] == 0.0 and params[11] == 0.0:
         return
     low, high, rounds = params[-3], params[-2], params[-1] != 0.0
+    unit = _is_bytes(image) and rounds and low == 0.0 and high == 255.0  # values in [0, 1]
     planes, height, width, pixel = image.shape
     channels, n = planes * pixel, height * width
     flat = image.reshape(planes, n * pixel)  # the one view of the image (see _load)
@@ -251,7 +277,7 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
             w0 = j0 if whole else 0
             if phase == 0 or not whole:
                 _load(flat, pixel, j0, j1, work, w0, low, high)
-            _parts(work, w0, w0 + j1 - j0, params, first, last, mean)
+            _parts(work, w0, w0 + j1 - j0, params, first, last, mean, unit)
             if split < 4 and phase == 0:
                 _add_sums(work, w0, w0 + j1 - j0, sums)
             else:

@@ -1,9 +1,10 @@
 """The colour jitter's paths give the bytes of its general definition (kernels/colour.py):
-the uint8 store without clamps equals the general store of the same values, floored; the
-contrast with no part before it (the image loaded twice) equals the contrast after a part
-that changes nothing (a whole-image array); the hue's last step, run past the block into
-padding, equals :func:`hue_pixel` on every pixel. Images span blocks and end in a part
-block, in both layouts (the RGB-interleaved loops and the planar ones)."""
+the uint8 path (a store and parts without the clamps no value can reach) equals the general
+path of the same values, floored; the contrast with no part before it (the image loaded
+twice) equals the contrast after a part that changes nothing (a whole-image array); the hue's
+last step, run past the block into padding, equals :func:`hue_pixel` on every pixel. Images
+span blocks and end in a part block, in both layouts (the RGB-interleaved loops and the
+planar ones)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ def _row(order: tuple, factors: tuple, on: tuple) -> tuple:
 @pytest.mark.parametrize("axes", ["chw", "hwc"])
 @pytest.mark.parametrize("order", ORDERS)
 def test_uint8_store_is_the_general_store_floored(axes: str, order: tuple) -> None:
-    """uint8 ``[0, 255]`` stores ``255 t + 1/2`` cut by an int32 cast; a float32 image of the
-    same values (rounds on) goes the general way, clamped, ``+ 1/2`` kept as a float."""
+    """uint8 ``[0, 255]`` stores ``255 t + 1/2`` cut by an int32 cast, and its parts skip the
+    bounds no value can pass (factors on either side of 1, and 0 and 1); a float32 image of
+    the same values (rounds on) goes the general way, clamped, ``+ 1/2`` kept as a float."""
     for image in (BIG8, SMALL8):
-        for factors in ((1.2, 0.6, 1.5, -0.05), (0.8, 1.5, 0.5, 0.5), (0.0, 0.0, 2.0, 0.1)):
+        for factors in ((1.2, 0.6, 1.5, -0.05), (0.8, 1.5, 0.5, 0.5), (0.0, 0.0, 2.0, 0.1),
+                        (1.0, 1.0, 1.0, 0.0)):  # fmt: skip
             head = _row(order, factors, (1, 1, 1, 1))
             ours = apply_in_layout(colour.color_jitter, image, head, U8, axes)
             general = apply_in_layout(colour.color_jitter, image.astype(np.float32), head, U8, axes)

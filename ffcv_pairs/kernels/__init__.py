@@ -10,14 +10,14 @@ counter stream), ``pixels`` (photometric and output in one pass), ``fused``
 (every CPU op of a uint8 batch), ``betas`` (Beta's quantile, for MixUp and CutMix)
 and ``jpeg`` (libjpeg-turbo through FFCV's extension). ``colour``, ``tones`` and
 ``sharpness`` hold the per-sample photometric ops (one small function each; the colour
-jitter's hue sixteen pixels a step in ``hue_lanes``), run over a batch by ``drawn_driver``;
+jitter's vector steps in ``hue_lanes``), run over a batch by ``drawn_driver``;
 ``user_driver`` runs the user's ops. ``launches`` lets threads launch parallel kernels under
 any of numba's threading layers. Every kernel is cached on disk, keyed on all of these
 sources (see ``_cache``), in a per-user folder that outlives the environment
 (``cache_dir``); :class:`SharedCompile` calls a kernel so that processes needing the same new
 kernel at once compile it once.
 
-The fourteen hand-written LLVM intrinsics (``lanes``, ``bytemoves``, ``bytesums``,
+The seventeen hand-written LLVM intrinsics (``lanes``, ``bytemoves``, ``bytesums``,
 ``floatbits``, ``warp_lanes``, ``hue_lanes``; ``llvmir`` holds their IR helpers) each have a
 plain-numba twin of the same contract, and ``FFCV_PAIRS_PLAIN_KERNELS=1`` runs the twins
 everywhere (see ``twins``).

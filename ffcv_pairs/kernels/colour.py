@@ -13,15 +13,18 @@ Definitions, on ``t`` (clamped to ``[0, 1]`` after each step, one rounding at th
 * hue ``h``: the pixel's HSV hue plus ``h``, modulo 1 (torchvision's ``_rgb2hsv`` and
   ``_hsv2rgb``).
 
-The jitter and grayscale compute in float32 (as torchvision does on float tensors), each part
-one loop over a channel's values with no branch, which LLVM vectorises: the image is taken to
-a float32 work array once, each part passes over it (it stays in the core's cache), and the
-result is stored once. Hue uses the closed form of HSV to RGB: with ``H`` the hue in sixths
-of a turn, ``v`` the largest and ``c`` the spread (largest - smallest) of R, G, B, channel
-``n`` (R: 5, G: 3, B: 1) is ``v - c * clamp(min(k, 4 - k), 0, 1)``, ``k = (n + H) mod 6`` (the
-same function as torchvision's six cases; ``v * s = c``), so the saturation and the case
-index are never formed; it runs sixteen pixels a step (:mod:`.hue_lanes`: AVX-512 registers
-where the CPU has them, the same values where it does not).
+The jitter and grayscale compute in float32 (as torchvision does on float tensors): the image
+is taken to a float32 work array once, a block at a time (it stays in the core's cache), and
+the result is stored once. On three channels the parts run together, 64 pixels a step
+(:func:`.hue_lanes.parts64`: the values stay in vector registers from one part to the next,
+each part a branch on its code, the same for the whole image); on other channel counts
+(brightness and contrast only) each part is one loop over a channel's values with no branch,
+which LLVM vectorises. Hue uses the closed form of HSV to RGB: with ``H`` the hue in sixths of
+a turn, ``v`` the largest and ``c`` the spread (largest - smallest) of R, G, B, channel ``n``
+(R: 5, G: 3, B: 1) is ``v - c * clamp(min(k, 4 - k), 0, 1)``, ``k = (n + H) mod 6`` (the same
+function as torchvision's six cases; ``v * s = c``), so the saturation and the case index are
+never formed. On uint8 ``[0, 255]`` every value stays in ``[0, 1]``, so the parts skip the
+bounds no value can pass (see :func:`_stages`) and the store its clamps.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from .hue_lanes import HUE_LANES, hue16
+from . import hue_lanes as _codes
+from .hue_lanes import PARTS_LANES, SUM_LANES, lane_sums, parts64
 
 __all__ = ["JITTER_PARTS", "channel_shuffle", "color_jitter", "grayscale"]
 
@@ -40,8 +44,8 @@ JITTER_PARTS = ("brightness", "contrast", "saturation", "hue")
 _R, _G, _B = 0.2989, 0.587, 0.114
 
 
-_BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1; % 16 == 0
-_LANES = 64  # partial sums of the contrast mean
+_BLOCK = 1024  # pixels a block: its float32 values (12 KiB for RGB) stay in L1; % 64 == 0
+_LANES = SUM_LANES  # partial sums of the contrast mean
 
 
 def _is_bytes(image):  # pragma: no cover - typed by the overload below
@@ -130,15 +134,14 @@ def _store(work, w0, flat, pixel, j0, j1, low, high, rounds):  # pragma: no cove
 def _add_sums(work, a, b, sums):  # pragma: no cover - JIT
     """``sums[c, k]`` (float64, ``_LANES`` a channel) += the values ``j`` of ``work[c, a:b]``
     with ``j - a`` = ``k`` modulo ``_LANES``: partial sums in an order fixed by the code (the
-    same on every run) that LLVM vectorises, where one running sum would wait on each add."""
+    same on every run), held in registers across the block (:func:`.hue_lanes.lane_sums`),
+    where one running sum would wait on each add."""
+    full = (b - a) // _LANES
     for c in range(work.shape[0]):
-        acc, row = sums[c], work[c][a:b]  # two slices a channel, none a row of 64 (each costs)
-        full = len(row) - len(row) % _LANES
-        for j in range(0, full, _LANES):
-            for k in range(_LANES):
-                acc[k] += row[j + k]
-        for k in range(len(row) - full):
-            acc[k] += row[full + k]
+        acc, row = sums[c], work[c]
+        lane_sums(row, a, full, acc)
+        for k in range(b - a - full * _LANES):
+            acc[k] += row[a + full * _LANES + k]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -171,45 +174,62 @@ def _scale(work, a, b, factor, mean):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
-def _saturate(work, a, b, factor):  # pragma: no cover - JIT
-    """Saturation: ``clamp(factor * t + (1 - factor) * gray)`` per pixel."""
-    r, g, bl = work[0][a:b], work[1][a:b], work[2][a:b]
-    f, rest = np.float32(factor), np.float32(1.0 - factor)
-    wr, wg, wb = np.float32(_R), np.float32(_G), np.float32(_B)
-    zero, one = np.float32(0.0), np.float32(1.0)
-    for j in range(len(r)):
-        gray = rest * (wr * r[j] + wg * g[j] + wb * bl[j])
-        r[j] = min(max(f * r[j] + gray, zero), one)
-        g[j] = min(max(f * g[j] + gray, zero), one)
-        bl[j] = min(max(f * bl[j] + gray, zero), one)
+def _stages(params, first, last, mean, unit):  # pragma: no cover - JIT
+    """The table of :func:`.hue_lanes.parts64` for the parts ``order[first:last]`` that are
+    on, in order from the first row (the rest: the end code), factors and values in float32.
 
-
-@nb.njit(cache=True, nogil=True)
-def _hue(work, a, b, shift):  # pragma: no cover - JIT
-    """Hue: each pixel's HSV hue plus ``shift`` turns (:func:`.hue_lanes.hue_pixel`), sixteen
-    pixels a step (:func:`.hue_lanes.hue16`). The last step runs past ``b`` (up to the next
-    multiple of sixteen from ``a``) into columns that :func:`color_jitter` allocates for it and
-    never stores: no tail loop (whose compile cost more than the rest of the hue)."""
-    r, g, bl = work[0], work[1], work[2]
-    turn = np.float32(6.0 * shift)
-    for j in range(a, b, HUE_LANES):
-        hue16(r, g, bl, j, turn)
-
-
-@nb.njit(cache=True, nogil=True)
-def _parts(work, a, b, params, first, last, mean):  # pragma: no cover - JIT
-    """The jitter's parts ``order[first:last]`` that are on, on ``work[:, a:b]``."""
+    ``unit``: every value lies in ``[0, 1]`` (uint8 ``[0, 255]``, see :func:`_store`), so a
+    bound the value cannot pass is not applied (``max(v, 0)`` is ``v`` for ``v >= 0``, as
+    ``min(v, 1)`` for ``v <= 1``): a factor in ``[0, 1]`` keeps ``factor * t`` in ``[0, 1]``
+    and, with a mean or a gray in ``[0, 1]``, the contrast's and saturation's value ``>= 0``;
+    any factor ``>= 0`` keeps a brightness ``>= 0``. The same values, fewer operations."""
+    stages = np.zeros((4, 4), np.float32)
+    stages[:, 0] = _codes.SKIP
+    row = 0  # the parts on, in order, from the first row; the rest: none
     for k in range(first, last):
         part = int(params[k])
         if params[8 + part] == 0.0:
             continue
         factor = params[4 + part]
-        if part <= 1:  # brightness: contrast about 0
-            _scale(work, a, b, factor, mean if part == 1 else 0.0)
+        low = unit and 0.0 <= factor <= 1.0
+        stages[row, 1] = np.float32(factor)
+        if part <= 1:
+            add = np.float32((1.0 - factor) * mean) if part == 1 else np.float32(0.0)
+            stages[row, 2] = add
+            if add == 0.0:  # brightness, or a contrast about 0 (as in _scale)
+                top = unit and factor >= 0.0
+                code = _codes.B_NONE if low else (_codes.B_TOP if top else _codes.B_CLAMP)
+            else:
+                code = _codes.C_TOP if low else _codes.C_CLAMP
         elif part == 2:
-            _saturate(work, a, b, factor)
+            code = _codes.S_TOP if low else _codes.S_CLAMP
+            stages[row, 2] = np.float32(1.0 - factor)
         else:
-            _hue(work, a, b, factor)
+            code = _codes.HUE
+            stages[row, 2] = np.float32(6.0 * factor)
+        stages[row, 0] = code
+        row += 1
+    return stages
+
+
+@nb.njit(cache=True, nogil=True)
+def _parts(work, a, b, params, first, last, mean, stages):  # pragma: no cover - JIT
+    """The jitter's parts ``order[first:last]`` that are on, on ``work[:, a:b]``: on three
+    channels all of them in one pass, 64 pixels a step
+    (``stages`` from :func:`_stages`); the last step runs past ``b`` (up to the next multiple
+    of 64 from ``a``) into columns that :func:`color_jitter` allocates for it and never
+    stores nor sums: no tail loop. Else a pass a part."""
+    if work.shape[0] == 3:
+        if stages[0, 0] == _codes.SKIP:  # no part on
+            return
+        r, g, bl = work[0], work[1], work[2]
+        for j in range(a, b, PARTS_LANES):
+            parts64(r, g, bl, j, stages)
+        return
+    for k in range(first, last):  # saturation and hue need 3 channels: refused before
+        part = int(params[k])
+        if part <= 1 and params[8 + part] != 0.0:  # brightness: contrast about 0
+            _scale(work, a, b, params[4 + part], mean if part == 1 else 0.0)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -227,6 +247,7 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     if params[8] == 0.0 and params[9] == 0.0 and params[10] == 0.0 and params[11] == 0.0:
         return
     low, high, rounds = params[-3], params[-2], params[-1] != 0.0
+    unit = _is_bytes(image) and rounds and low == 0.0 and high == 255.0  # values in [0, 1]
     planes, height, width, pixel = image.shape
     channels, n = planes * pixel, height * width
     flat = image.reshape(planes, n * pixel)  # the one view of the image (see _load)
@@ -240,19 +261,20 @@ def color_jitter(image, params, tag):  # pragma: no cover - JIT
     # a work array of the whole image where parts come before contrast; where none does, the
     # second pass loads the image again (cheaper than writing and reading the whole array)
     whole = ahead
-    # columns up to a multiple of HUE_LANES: the hue's last step runs into them (see _hue)
-    work = np.empty((channels, -(-n // HUE_LANES) * HUE_LANES if whole else _BLOCK), np.float32)
+    # columns up to a multiple of PARTS_LANES: the parts' last step runs into them (_parts)
+    work = np.empty((channels, -(-n // PARTS_LANES) * PARTS_LANES if whole else _BLOCK), np.float32)
     sums = np.zeros((channels, _LANES), np.float64)
     mean = 0.0
     # one call site a helper (each inlined once: compile time), in one or two passes
     for phase in range(2 if split < 4 else 1):
         first, last = (split, 4) if phase == 1 else (0, split)
+        stages = _stages(params, first, last, mean, unit)
         for j0 in range(0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
             w0 = j0 if whole else 0
             if phase == 0 or not whole:
                 _load(flat, pixel, j0, j1, work, w0, low, high)
-            _parts(work, w0, w0 + j1 - j0, params, first, last, mean)
+            _parts(work, w0, w0 + j1 - j0, params, first, last, mean, stages)
             if split < 4 and phase == 0:
                 _add_sums(work, w0, w0 + j1 - j0, sums)
             else:

@@ -52,6 +52,8 @@ def _both(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         outs = (
             args[4:6]
             if name.startswith("copy")
+            else args[4:5]
+            if name.startswith("warp_mapped")
             else args[1:2]
             if "warp" in name
             else tuple(args[2])

@@ -214,7 +214,7 @@ def cpu_ops(
     tag = schema.IMAGE_FIELDS.index(name)
     ops: list[Operation] = []
     if augment.warps:
-        ops.append(Warp(augment, axes, clock, tag))
+        ops.extend([] if placement.warped else [Warp(augment, axes, clock, tag)])  # or decoded
     elif augment.resizes:
         ops.append(ResizedCrop(augment, axes, clock, tag))
     if augment.has_photometric:

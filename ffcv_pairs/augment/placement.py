@@ -36,11 +36,14 @@ class OpPlacement:
         output_dtype: What the decoder writes for A and B: the stored dtype, or the
             normalised output dtype when ``cpu_output``.
         cpu_output: The decoder also normalises and casts (CPU path, fused).
+        warped: The decoder applies the matrix geometry to A and B (uint8, stored raw),
+            reading them where they are stored (``load/warp_decode``): no warp op follows.
     """
 
     fused: bool
     output_dtype: str
     cpu_output: bool
+    warped: bool = False
 
 
 def _converts(augment: PairAugment, stored: str) -> bool:
@@ -59,7 +62,8 @@ def place_ops(
         return OpPlacement(False, stored or "mixed", False)
     a, b = (augment.field_axes(schema)[name] for name in schema.IMAGE_FIELDS)
     if a != b or augment.warps:  # one output shape for A and B; the warp is an op of its own
-        return OpPlacement(False, stored, False)
+        # (or, stored raw, the decoder's: it reads the images where they are stored)
+        return OpPlacement(False, stored, False, augment.warps and not schema.compressed)
     after = ops_after or bool(augment.user_ops or augment.photo_ops or augment.policy_ops)
     cpu_output = on_cpu and _converts(augment, stored) and not after
     fused = augment.resizes or augment.has_photometric or cpu_output

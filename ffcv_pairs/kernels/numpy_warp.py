@@ -27,7 +27,7 @@ import numpy as np
 from .numpy_ops import border_indices
 from .warp_points import BITS, CUT, FAR, HALF_BLEND, ONE, SCALE, WEIGHT_BITS
 
-__all__ = ["warp_stand_in"]
+__all__ = ["warp_mapped_stand_in", "warp_stand_in"]
 
 
 def _points(m: np.ndarray, disp: np.ndarray, i: int, oh: int, ow: int):
@@ -89,3 +89,13 @@ def warp_stand_in(src, dst, mats, disp, mode, fill, rounding) -> None:
     """:func:`~.warp.warp_bilinear` in numpy (its arguments, its bytes)."""
     for i in range(len(src)):
         _one(src[i], dst[i], mats[i], disp, i, int(mode), float(fill), bool(rounding))
+
+
+def warp_mapped_stand_in(mm, rows, ptr, shape, dst, mats, disp, mode, fill) -> None:
+    """:func:`~.warp.warp_mapped` in numpy (its arguments, its bytes): the images gathered
+    from where they are stored, then :func:`warp_stand_in`."""
+    nbytes = int(np.prod(shape))
+    starts = np.asarray(ptr)[np.asarray(rows)].astype(np.int64)
+    src = np.stack([np.asarray(mm[s : s + nbytes]) for s in starts]) if len(starts) else None
+    if src is not None:
+        warp_stand_in(src.reshape(len(starts), *shape), dst, mats, disp, mode, fill, True)

@@ -72,6 +72,8 @@ from .warp_quads import quad_row, source_words
 __all__ = [
     "warp_bilinear",
     "warp_bilinear_serial",
+    "warp_mapped",
+    "warp_mapped_serial",
 ]
 
 
@@ -277,3 +279,25 @@ def warp_bilinear_serial(src, dst, mats, disp, mode, fill, rounding):  # pragma:
     """:func:`warp_bilinear` on one thread: its twin while it compiles (the same bytes)."""
     for i in range(len(src)):
         _bilinear_one(src[i], dst[i], mats[i], disp, np.int64(i), mode, fill, rounding)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def warp_mapped(mm, rows, ptr, shape, dst, mats, disp, mode, fill):  # pragma: no cover - JIT
+    """:func:`warp_bilinear` of uint8 images read where they are stored, no copy first:
+    sample ``i``'s image is the ``shape`` (``(planes, height, width, pixel)``) bytes of ``mm``
+    from ``ptr[rows[i]]`` (the decoder's mapping and pointers, see ``kernels/decode``)."""
+    nbytes = shape[0] * shape[1] * shape[2] * shape[3]
+    for i in nb.prange(len(rows)):
+        at = np.int64(ptr[rows[i]])
+        src = mm[at : at + nbytes].reshape(shape)
+        _bilinear_one(src, dst[i], mats[i], disp, np.int64(i), mode, fill, True)
+
+
+@nb.njit(cache=True, nogil=True)
+def warp_mapped_serial(mm, rows, ptr, shape, dst, mats, disp, mode, fill):  # pragma: no cover
+    """:func:`warp_mapped` on one thread: its twin while it compiles (the same bytes)."""
+    nbytes = shape[0] * shape[1] * shape[2] * shape[3]
+    for i in range(len(rows)):
+        at = np.int64(ptr[rows[i]])
+        src = mm[at : at + nbytes].reshape(shape)
+        _bilinear_one(src, dst[i], mats[i], disp, np.int64(i), mode, fill, True)

@@ -2,17 +2,16 @@
 
 :class:`PairDecoder` reads A and B of each sample in one parallel kernel,
 straight from the page cache, and applies the (shared) geometric augmentation
-on the way, so augmented batches cost one pass over memory. Its result is the
-pair of buffers; :class:`TakeField` picks A in the A pipeline and B in the B
-pipeline (which references the decoder, an upstream ``RefNode``).
+on the way (the matrix geometry too, for raw uint8: :mod:`.warp_decode`), so augmented
+batches cost one pass over memory. Its result is the pair of buffers; :class:`TakeField`
+picks A in the A pipeline and B in the B pipeline (which references the decoder, an
+upstream ``RefNode``).
 
-Kernels are module-level ``@njit(cache=True)`` functions (see
-:mod:`ffcv_pairs.kernels`), so
-they compile once per machine, not once per loader. ``generate_code`` returns a
-thin Python function that calls the kernel with the op's parameters; the loader
-builds its pipeline with FFCV's compiler switched off, so FFCV does not wrap it
-in a fresh, uncacheable ``njit``. Kernels see images as bytes, so float16, which
-numba cannot type, decodes like any other dtype.
+Kernels are module-level ``@njit(cache=True)`` functions (see :mod:`ffcv_pairs.kernels`),
+so they compile once per machine, not once per loader. ``generate_code`` returns a thin
+Python function that calls the kernel with the op's parameters; the loader builds its
+pipeline with FFCV's compiler off, so FFCV does not wrap it in a fresh, uncacheable
+``njit``. Kernels see bytes: float16, which numba cannot type, decodes as any dtype.
 """
 
 from __future__ import annotations
@@ -60,6 +59,7 @@ from ..kernels.jpeg import (
 from ..kernels.numpy_ops import copy_stand_in, fused_stand_in
 from ..kernels.stand_in import ParallelSoon, compile_pending
 from .fusing import fused_config, output_array, unused_ops
+from .warp_decode import warp_in_decoder, warped_shape
 
 __all__ = ["JpegPairDecoder", "LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
 
@@ -132,6 +132,11 @@ class PairDecoder(Operation):
             self.fused = fused_config(augment, schema, placement, clock, stats)
             for out, shape in zip(self.fields, self.fused.shapes):
                 out.out_shape, out.dtype = shape, self.fused.dtype
+        self.warp = None  # the matrix geometry, where the decoder applies it
+        if augment is not None and placement is not None and placement.warped:
+            self.warp = warp_in_decoder(augment, [axes[n] for n in schema.IMAGE_FIELDS], clock)
+            for out, name in zip(self.fields, schema.IMAGE_FIELDS):
+                out.out_shape = warped_shape(augment, axes[name])
         geometric = (
             augment is not None and augment.has_geometry and not (augment.resizes or augment.warps)
         )
@@ -173,6 +178,8 @@ class PairDecoder(Operation):
         """``(batch, mm, out_a, out_b)``: decode (and augment) the batch into the outputs."""
         if self.fused is not None:
             return self._fused_code()
+        if self.warp is not None:
+            return self.warp
         fa, fb = self.fields
         stored_a, stored_b = fa.stored, fb.stored
         fills = np.zeros((2, max(len(fa.fill), len(fb.fill))), dtype=np.uint8)

@@ -32,7 +32,8 @@ import torch
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
 from ffcv_pairs.format.stats import stats_path
 from ffcv_pairs.kernels import twins
-from ffcv_pairs.kernels.stand_in import settled, wait_for_compiles
+from ffcv_pairs.kernels.stand_in import settled
+from ffcv_pairs.warmup import _settle
 
 CASES = {
     "chw crop, padding, flips, brightness, contrast": (
@@ -94,23 +95,14 @@ def digests(out: Path) -> dict[str, str]:
             num_threads=1,
             device="cpu",
         )
-        _until_the_kernels_serve(loader)
+        _settle(loader)  # batches, as `ffcv-pairs warmup` reads them, until the kernels serve
+        assert settled(), f"{name}: the kernels still do not serve"
         loader.set_epoch(1)
         for batch in loader:
             for t in batch:
                 h.update(t.contiguous().view(-1).view(torch.uint8).numpy())
         found[name] = h.hexdigest()
     return found
-
-
-def _until_the_kernels_serve(loader) -> None:
-    """Epochs, each batch waiting for the compiles it queued, until every kernel serves."""
-    for _epoch in range(5):
-        for _batch in loader:
-            wait_for_compiles()
-        if settled():
-            return
-    raise AssertionError("the kernels still do not serve after 5 epochs")
 
 
 OTHER_KIND = """

@@ -103,8 +103,11 @@ def train_change(
     root: Path,
     width: int = 16,
     batch_size: int = 32,
+    num_threads: int = 2,
 ) -> ChangeResult:
-    """Fit the siamese UNet with the shared (or, unpaired, independent) geometry."""
+    """Fit the siamese UNet with the shared (or, unpaired, independent) geometry;
+    ``num_threads``: the loaders' (one thread runs the serial kernels alone: on an empty
+    kernel cache, nothing waits for the parallel ones' compile)."""
     import lightning as L
 
     from .augment.config import PairAugment
@@ -126,7 +129,11 @@ def train_change(
         dense={PairSchema.LABEL_FIELD: DenseField("mask", fill=255)},  # the change mask
     )
     data = PairDataModule(
-        str(train_path), str(val_path), batch_size=batch_size, augment=augment, num_threads=2
+        str(train_path),
+        str(val_path),
+        batch_size=batch_size,
+        augment=augment,
+        num_threads=num_threads,
     )
     model = SiameseChangeUNet(width=width, lr=3e-3)
     trainer = L.Trainer(

@@ -15,6 +15,17 @@ import torch
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
+# Torch's intra-op threads: one per test process, and in the subprocesses the tests start
+# (the demo, writers, torchrun ranks), unless OMP_NUM_THREADS says otherwise. `make test`
+# runs three test processes on two cores, and a loader's numba threads share a process with
+# the training it feeds: there a parallel region of two OpenMP threads spins at each barrier
+# for a thread that the OS has descheduled. The change example's two trainings, on a loaded
+# machine: 42 s and 35 CPU s on two threads, 4 s and 8 CPU s on one, the same IoU. The
+# loaders' threads are numba's (their own option), not these.
+if "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
 # A suite started in the background (`make test &`, a script's `cmd &`) inherits SIGINT
 # ignored, and so would every writer it forks: the writer rightly keeps an ignored SIGINT
 # ignored (tests/test_write_pool.py checks that), and the tests that press Ctrl-C on it

@@ -8,6 +8,12 @@ The kind is chosen once per process (``FFCV_PAIRS_PLAIN_KERNELS``), so this proc
 a digest per case with its own kind and a subprocess does the same with the other kind,
 on the same seeded data. The reference tests (test_augment, test_augops) check the values
 within their tolerances; this one checks the two kinds byte for byte.
+
+The loaders run on one thread: the serial kernels call the same intrinsics as the parallel
+ones (test_stand_ins checks that the two give the same bytes), and on an empty cache the
+parallel kernels' compile (more than the serial kernel's) would check nothing more. The
+digested epoch starts once the kernels serve: on an empty cache the first batches come
+from numpy stand-ins while the kernels compile, and those would check nothing of the twins.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import torch
 from ffcv_pairs import ArraySource, PairAugment, make_loader, write_pairs
 from ffcv_pairs.format.stats import stats_path
 from ffcv_pairs.kernels import twins
+from ffcv_pairs.kernels.stand_in import settled
+from ffcv_pairs.warmup import _settle
 
 CASES = {
     "chw crop, padding, flips, brightness, contrast": (
@@ -84,9 +92,11 @@ def digests(out: Path) -> dict[str, str]:
             seed=3,
             augment=aug,
             drop_last=False,
-            num_threads=2,
+            num_threads=1,
             device="cpu",
         )
+        _settle(loader)  # batches, as `ffcv-pairs warmup` reads them, until the kernels serve
+        assert settled(), f"{name}: the kernels still do not serve"
         loader.set_epoch(1)
         for batch in loader:
             for t in batch:

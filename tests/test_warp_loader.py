@@ -72,6 +72,35 @@ def _loaded(path: Path, aug: PairAugment, **options) -> list:
     return [(b.A.numpy().copy(), b.B.numpy().copy()) for b in loader]
 
 
+@pytest.mark.parametrize("os_cache", [True, False])
+@pytest.mark.parametrize("shape", [(3, H, W), (H, W, 3), (H, W)])
+def test_the_decoder_warps_as_the_warp_op_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, os_cache: bool, shape: tuple
+) -> None:
+    """uint8 stored raw: the decoder warps A and B where they are stored (``load/
+    warp_decode``, no copy first, no warp op after); the batches are the warp op's on the
+    decoder's copies (the placement forced off), from the page cache and from the process
+    cache's slots, CHW, HWC and 2-d, B stored apart from A."""
+    from ffcv_pairs.augment import placement
+    from ffcv_pairs.load import specs
+
+    a = _images(shape, "uint8")
+    path = tmp_path / "x.beton"
+    write_pairs(ArraySource(a, a[::-1].copy(), np.arange(N)), path, workers=1, progress=False)
+    aug = PairAugment(**EVERYTHING, geometry_paired=False)
+    seen, real = [], specs.place_ops
+    monkeypatch.setattr(
+        specs, "place_ops", lambda *args, **kw: seen.append(real(*args, **kw)) or seen[-1]
+    )
+    warped = _loaded(path, aug, os_cache=os_cache)
+    assert seen and all(p.warped for p in seen)
+    off = placement.OpPlacement(False, "uint8", False, False)
+    monkeypatch.setattr(specs, "place_ops", lambda *args, **kwargs: off)
+    for (a1, b1), (a0, b0) in zip(warped, _loaded(path, aug, os_cache=os_cache), strict=True):
+        np.testing.assert_array_equal(a1, a0)
+        np.testing.assert_array_equal(b1, b0)
+
+
 @pytest.mark.parametrize("name", list(OPS))
 def test_each_op_moves_a_and_b_alike(chw: Path, name: str) -> None:
     plain = _loaded(chw, PairAugment(pad_if_needed=(1, 1)))  # the matrix path, moving nothing

@@ -59,7 +59,7 @@ from ..kernels.jpeg import (
 from ..kernels.numpy_ops import copy_stand_in, fused_stand_in
 from ..kernels.stand_in import ParallelSoon, compile_pending
 from .fusing import fused_config, output_array, unused_ops
-from .warp_decode import warp_in_decoder, warped_shape
+from .warp_decode import warp_in_decoder
 
 __all__ = ["JpegPairDecoder", "LabelDecoder", "PairDecoder", "TakeField", "planes_view"]
 
@@ -136,7 +136,7 @@ class PairDecoder(Operation):
         if augment is not None and placement is not None and placement.warped:
             self.warp = warp_in_decoder(augment, [axes[n] for n in schema.IMAGE_FIELDS], clock)
             for out, name in zip(self.fields, schema.IMAGE_FIELDS):
-                out.out_shape = warped_shape(augment, axes[name])
+                out.out_shape = augment.output_shape(axes[name])
         geometric = (
             augment is not None and augment.has_geometry and not (augment.resizes or augment.warps)
         )

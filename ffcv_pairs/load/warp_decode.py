@@ -22,18 +22,13 @@ import numpy as np
 from ..augment.axes import ImageAxes
 from ..augment.checks import PAD_MODES
 from ..augment.config import PairAugment
-from ..augment.warp_draws import output_size, warp_matrices
+from ..augment.warp_draws import warp_matrices
 from ..augment.warp_ops import displacements
 from ..kernels.numpy_warp import warp_mapped_stand_in
 from ..kernels.stand_in import ParallelSoon
 from ..kernels.warp import warp_mapped, warp_mapped_serial
 
-__all__ = ["warp_in_decoder", "warped_shape"]
-
-
-def warped_shape(augment: PairAugment, axes: ImageAxes) -> tuple[int, ...]:
-    """What the decoder writes for a field the matrix geometry warps (the warp op's output)."""
-    return axes.shape(*output_size(augment, axes.height, axes.width))
+__all__ = ["warp_in_decoder"]
 
 
 def warp_in_decoder(
@@ -46,8 +41,7 @@ def warp_in_decoder(
     parallel = ParallelSoon(warp_mapped, warp_mapped_serial, warp_mapped_stand_in)
     serial = ParallelSoon(warp_mapped_serial, warp_mapped_serial, warp_mapped_stand_in)
     fields = [
-        (ax, output_size(augment, ax.height, ax.width), (ax.planes, ax.height, ax.width, ax.pixel))
-        for ax in axes
+        (ax, augment.output_size(ax), (ax.planes, ax.height, ax.width, ax.pixel)) for ax in axes
     ]
 
     def run(batch: Any, mm: np.ndarray, out_a: np.ndarray, out_b: np.ndarray) -> None:

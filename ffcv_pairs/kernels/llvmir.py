@@ -1,11 +1,11 @@
-"""Two LLVM IR pieces every intrinsic of the kernels needs: a typed pointer to an array
-element, and a vector of one run-time value."""
+"""LLVM IR pieces every intrinsic of the kernels needs: a typed pointer to an array element,
+and a vector of one run-time value or of one constant."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-__all__ = ["element_pointer", "splat"]
+__all__ = ["element_pointer", "lane_constant", "splat"]
 
 
 def element_pointer(context, builder, arr_t, arr, index, elem_t):
@@ -22,3 +22,8 @@ def splat(builder, value, count):
         ir.Constant(ir.VectorType(value.type, count), None), value, ir.Constant(i32, 0)
     )
     return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(i32, count), [0] * count))
+
+
+def lane_constant(vec_t, value):
+    """A vector of type ``vec_t`` with ``value`` in every lane."""
+    return ir.Constant(vec_t, [ir.Constant(vec_t.element, value)] * vec_t.count)

@@ -57,15 +57,12 @@ from .warp_lanes import GATHER_LANES, blend8_gather, taps8
 from .warp_points import (
     BITS,
     FAR,
-    HALF_BLEND,
     ONE,
     SCALE,
-    WEIGHT_BITS,
-    WEIGHT_ONE,
     Strides,
     affine_row,
+    blend_bytes,
     mix,
-    weight,
 )
 from .warp_quads import quad_row, source_words
 
@@ -153,17 +150,14 @@ def _blend_row(
         return
     for x in range(lo, hi):  # interleaved pixels, float32, rows under eight pixels
         ax, ay = xs[x] & mask, ys[x] & mask
-        wx, wy = weight(ax), weight(ay)  # a uint8 blend's
         for k in range(st.planes):
             p, q = base + k * st.plane_in + at[x], k * st.plane_out + q0 + x * px
             for c in range(px):
                 t = p + c
                 if rounding:  # uint8: exact integer blend, rounded half up
-                    top = (WEIGHT_ONE - wx) * np.int64(s[u(t)]) + wx * np.int64(s[u(t + px)])
-                    low = (WEIGHT_ONE - wx) * np.int64(s[u(t + row)])
-                    low += wx * np.int64(s[u(t + row + px)])
-                    mixed = (WEIGHT_ONE - wy) * top + wy * low + HALF_BLEND
-                    d[u(q + c)] = mixed >> (2 * WEIGHT_BITS)
+                    d[u(q + c)] = blend_bytes(
+                        s[u(t)], s[u(t + px)], s[u(t + row)], s[u(t + row + px)], ax, ay
+                    )
                 else:
                     d[u(q + c)] = mix(
                         s[u(t)], s[u(t + px)], s[u(t + row)], s[u(t + row + px)], ax, ay, False
@@ -236,8 +230,8 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     quads = source_words(s8, m, disp, st, height, width, ow, rounding and blend and x_edges < 0)
     for y in range(oh):  # one call of each row kernel below: each is inlined once
         base, cols, edges = 0, edge, 0  # the blend's plane offset, the edge pixels
-        near, bx, by = affine_row(m, disp, y, ow)
-        if len(quads) > 0 and near:
+        near, bx, by = affine_row(m, disp, y, ow) if len(quads) > 0 else (False, 0.0, 0.0)
+        if near:  # from the source's words
             lo, hi = 0, 0  # blended here
             edges = quad_row(quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge)
         elif x_edges >= 0:  # _taps' near row, its y: by + m10 x is by

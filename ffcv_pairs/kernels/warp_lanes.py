@@ -29,15 +29,17 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .llvmir import element_pointer, splat
+from .llvmir import element_pointer, lane_constant, splat
 from .twins import pick
-from .warp_points import BITS, CUT, HALF_BLEND, ONE, SCALE, WEIGHT_BITS
+from .warp_points import BITS, CUT, HALF_BLEND, ONE, SCALE, WEIGHT_BITS, blend_bytes
 
 __all__ = [
     "GATHER_LANES",
     "blend8_gather",
     "blend8_gather_intrinsic",
     "blend8_gather_plain",
+    "blend_lanes",
+    "fixed_lanes",
     "taps8",
     "taps8_intrinsic",
     "taps8_plain",
@@ -51,7 +53,19 @@ _V64 = ir.VectorType(_I64, GATHER_LANES)
 
 
 def _const(value: int, vec_t: ir.VectorType) -> ir.Constant:
-    return ir.Constant(vec_t, [ir.Constant(vec_t.element, value)] * GATHER_LANES)
+    return lane_constant(vec_t, value)
+
+
+def blend_lanes(builder, v00, v01, v10, v11, ax, ay):
+    """:func:`~.warp_points.blend_bytes` on vectors of 32-bit lanes: the taps ``v00`` ..
+    ``v11`` (0..255) and the weights ``ax``, ``ay`` (:func:`~.warp_points.weight`)."""
+    vec_t = v00.type
+    shift = lane_constant(vec_t, WEIGHT_BITS)
+    top = builder.add(builder.shl(v00, shift), builder.mul(ax, builder.sub(v01, v00)))
+    low = builder.add(builder.shl(v10, shift), builder.mul(ax, builder.sub(v11, v10)))
+    value = builder.add(builder.shl(top, shift), builder.mul(ay, builder.sub(low, top)))
+    value = builder.add(value, lane_constant(vec_t, HALF_BLEND))
+    return builder.ashr(value, lane_constant(vec_t, 2 * WEIGHT_BITS))
 
 
 def _gather32(builder, base, offsets):
@@ -97,12 +111,7 @@ def blend8_gather_intrinsic(typingctx, s, d, t0, q, row, xs, ys, at, x):  # prag
         def weights(arr_t, arr):  # .warp_points.weight, eight at a time
             return builder.trunc(builder.lshr(builder.and_(lanes(arr_t, arr), mask), cut), _V32)
 
-        ax, ay, shift = weights(xs_t, xs_v), weights(ys_t, ys_v), _const(WEIGHT_BITS, _V32)
-        top = builder.add(builder.shl(v00, shift), builder.mul(ax, builder.sub(v01, v00)))
-        low = builder.add(builder.shl(v10, shift), builder.mul(ax, builder.sub(v11, v10)))
-        value = builder.add(builder.shl(top, shift), builder.mul(ay, builder.sub(low, top)))
-        value = builder.add(value, _const(HALF_BLEND, _V32))
-        value = builder.ashr(value, _const(2 * WEIGHT_BITS, _V32))
+        value = blend_lanes(builder, v00, v01, v10, v11, weights(xs_t, xs_v), weights(ys_t, ys_v))
         out_t = ir.VectorType(ir.IntType(8), GATHER_LANES)
         out = element_pointer(context, builder, d_t, d_v, q, out_t)
         builder.store(builder.trunc(value, out_t), out, align=1)
@@ -113,15 +122,11 @@ def blend8_gather_intrinsic(typingctx, s, d, t0, q, row, xs, ys, at, x):  # prag
 
 @nb.njit(cache=True, nogil=True)
 def blend8_gather_plain(s, d, t0, q, row, xs, ys, at, x):  # pragma: no cover - JIT
-    """:func:`blend8_gather_intrinsic`'s twin: :func:`.warp_points.mix`'s integers, a value
-    at a time (``(1 - a) p + a q`` as ``p + a (q - p)``, rounded half up)."""
+    """:func:`blend8_gather_intrinsic`'s twin: :func:`.warp_points.blend_bytes`, a value at a
+    time."""
     for j in range(GATHER_LANES):
-        t = t0 + at[x + j]
-        ax, ay = (xs[x + j] & (ONE - 1)) >> CUT, (ys[x + j] & (ONE - 1)) >> CUT
-        v00, v10 = np.int64(s[t]), np.int64(s[t + row])
-        top = (v00 << WEIGHT_BITS) + ax * (np.int64(s[t + 1]) - v00)
-        low = (v10 << WEIGHT_BITS) + ax * (np.int64(s[t + row + 1]) - v10)
-        d[q + j] = ((top << WEIGHT_BITS) + ay * (low - top) + HALF_BLEND) >> (2 * WEIGHT_BITS)
+        t, ax, ay = t0 + at[x + j], xs[x + j] & (ONE - 1), ys[x + j] & (ONE - 1)
+        d[q + j] = blend_bytes(s[t], s[t + 1], s[t + row], s[t + row + 1], ax, ay)
 
 
 blend8_gather = pick(blend8_gather_intrinsic, blend8_gather_plain)
@@ -130,21 +135,18 @@ blend8_gather = pick(blend8_gather_intrinsic, blend8_gather_plain)
 _F64 = ir.VectorType(ir.DoubleType(), GATHER_LANES)
 
 
-def _fconst(value: float) -> ir.Constant:
-    return ir.Constant(_F64, [ir.Constant(ir.DoubleType(), value)] * GATHER_LANES)
-
-
-def _fixed8(builder, b, m, fx):
-    """``floor((b + m x) * 2**BITS + 1/2)`` of eight pixels, as numba computes it in
-    :func:`.warp._taps`: ``b + m x`` a product then a sum (no contraction); then one
-    multiply-add for the product by ``2**BITS`` (exact: a power of two) and the sum."""
-    fn_t = ir.FunctionType(_F64, [_F64, _F64, _F64])
-    fma = cgutils.get_or_insert_function(builder.module, fn_t, "llvm.fma.v8f64")
-    floor_t = ir.FunctionType(_F64, [_F64])
-    floor = cgutils.get_or_insert_function(builder.module, floor_t, "llvm.floor.v8f64")
-    u = builder.fadd(splat(builder, b, GATHER_LANES), builder.fmul(splat(builder, m, 8), fx))
-    fixed = builder.call(floor, [builder.call(fma, [u, _fconst(float(ONE)), _fconst(0.5)])])
-    return builder.fptosi(fixed, _V64)
+def fixed_lanes(builder, b, m, fx):
+    """``floor((b + m x) * 2**BITS + 1/2)`` of the pixels ``fx`` (a vector of doubles), as
+    numba computes it in :func:`.warp._taps`: ``b + m x`` a product then a sum (no
+    contraction); then one multiply-add for the product by ``2**BITS`` (exact: a power of
+    two) and the sum. int64 lanes."""
+    n, vec_t = fx.type.count, fx.type
+    fma_t, floor_t = ir.FunctionType(vec_t, [vec_t] * 3), ir.FunctionType(vec_t, [vec_t])
+    fma = cgutils.get_or_insert_function(builder.module, fma_t, f"llvm.fma.v{n}f64")
+    floor = cgutils.get_or_insert_function(builder.module, floor_t, f"llvm.floor.v{n}f64")
+    u = builder.fadd(splat(builder, b, n), builder.fmul(splat(builder, m, n), fx))
+    scaled = builder.call(fma, [u, lane_constant(vec_t, SCALE), lane_constant(vec_t, 0.5)])
+    return builder.fptosi(builder.call(floor, [scaled]), ir.VectorType(_I64, n))
 
 
 @intrinsic
@@ -163,7 +165,7 @@ def taps8_intrinsic(
         arrays, x_v = list(zip(signature.args[8:12], args[8:12])), args[12]
         step = ir.Constant(_V64, [ir.Constant(_I64, j) for j in range(GATHER_LANES)])
         fx = builder.sitofp(builder.add(splat(builder, x_v, GATHER_LANES), step), _F64)
-        sx, sy = _fixed8(builder, bx_v, m00_v, fx), _fixed8(builder, by_v, m10_v, fx)
+        sx, sy = fixed_lanes(builder, bx_v, m00_v, fx), fixed_lanes(builder, by_v, m10_v, fx)
         x0, y0 = builder.ashr(sx, _const(BITS, _V64)), builder.ashr(sy, _const(BITS, _V64))
 
         def below(value, bound):  # 0 <= value < bound - 1, one unsigned compare

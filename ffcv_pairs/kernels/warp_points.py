@@ -38,6 +38,7 @@ __all__ = [
     "WEIGHT_ONE",
     "Strides",
     "affine_row",
+    "blend_bytes",
     "fixed_point",
     "mix",
     "source_point",
@@ -101,15 +102,22 @@ def affine_row(m, disp, y, ow):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def blend_bytes(v00, v01, v10, v11, ax, ay):  # pragma: no cover - JIT
+    """The uint8 blend of four values by the fractions ``ax``, ``ay`` (fixed point, ``0 ..
+    ONE - 1``), weighed by :func:`weight`: exact in integers, rounded half up (an int64;
+    ``(1 - a) p + a q`` as ``p + a (q - p)``)."""
+    wx, wy = weight(ax), weight(ay)
+    top = (np.int64(v00) << WEIGHT_BITS) + wx * (np.int64(v01) - np.int64(v00))
+    low = (np.int64(v10) << WEIGHT_BITS) + wx * (np.int64(v11) - np.int64(v10))
+    return ((top << WEIGHT_BITS) + wy * (low - top) + HALF_BLEND) >> (2 * WEIGHT_BITS)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def mix(v00, v01, v10, v11, ax, ay, rounding):  # pragma: no cover - JIT
     """The blend of four values by the fractions ``ax``, ``ay`` (fixed point, ``0 .. ONE -
-    1``): in integers by :func:`weight` (exact, rounded half up) when ``rounding``, else in
-    doubles by the whole fractions."""
+    1``): :func:`blend_bytes` when ``rounding``, else in doubles by the whole fractions."""
     if rounding:
-        wx, wy = weight(ax), weight(ay)
-        top = (np.int64(v00) << WEIGHT_BITS) + wx * (np.int64(v01) - np.int64(v00))
-        low = (np.int64(v10) << WEIGHT_BITS) + wx * (np.int64(v11) - np.int64(v10))
-        return float(((top << WEIGHT_BITS) + wy * (low - top) + HALF_BLEND) >> (2 * WEIGHT_BITS))
+        return float(blend_bytes(v00, v01, v10, v11, ax, ay))
     fx, fy = ax / SCALE, ay / SCALE
     top = (1.0 - fx) * float(v00) + fx * float(v01)
     return (1.0 - fy) * top + fy * ((1.0 - fx) * float(v10) + fx * float(v11))

@@ -27,9 +27,10 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .llvmir import element_pointer, splat
+from .llvmir import element_pointer, lane_constant, splat
 from .twins import pick
-from .warp_points import BITS, CUT, HALF_BLEND, ONE, SCALE, WEIGHT_BITS
+from .warp_lanes import blend_lanes, fixed_lanes
+from .warp_points import BITS, CUT, ONE, SCALE, blend_bytes
 
 __all__ = [
     "QUAD_LANES",
@@ -47,28 +48,10 @@ _V32, _V64, _VF = (ir.VectorType(t, QUAD_LANES) for t in (_I32, _I64, _F64))
 _HALF = ir.VectorType(_I64, QUAD_LANES // 2)
 
 
-def _const(vec_t: ir.VectorType, value) -> ir.Constant:
-    return ir.Constant(vec_t, [ir.Constant(vec_t.element, value)] * vec_t.count)
-
-
 def _pick(builder, vec, first: int, count: int):
     """Lanes ``first .. first + count - 1`` of ``vec``."""
     index = ir.Constant(ir.VectorType(_I32, count), list(range(first, first + count)))
     return builder.shuffle_vector(vec, vec, index)
-
-
-def _fixed16(builder, b, m, fx):
-    """``floor((b + m x) * 2**BITS + 1/2)`` of sixteen pixels, as
-    :func:`~.warp_lanes.taps8_intrinsic` computes it (product, sum, then one multiply-add)."""
-    fma = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(_VF, [_VF, _VF, _VF]), "llvm.fma.v16f64"
-    )
-    floor = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(_VF, [_VF]), "llvm.floor.v16f64"
-    )
-    u = builder.fadd(splat(builder, b, QUAD_LANES), builder.fmul(splat(builder, m, 16), fx))
-    fixed = builder.call(floor, [builder.call(fma, [u, _const(_VF, SCALE), _const(_VF, 0.5)])])
-    return builder.fptosi(fixed, _V64)
 
 
 def _gather_words(builder, base, index, good):
@@ -81,26 +64,21 @@ def _gather_words(builder, base, index, good):
     start = splat(builder, builder.ptrtoint(base, _I64), 8)
     halves = []
     for first in (0, 8):
-        offsets = builder.shl(_pick(builder, index, first, 8), _const(_HALF, 2))
+        offsets = builder.shl(_pick(builder, index, first, 8), lane_constant(_HALF, 2))
         ptrs = builder.inttoptr(builder.add(start, offsets), ir.VectorType(_I64.as_pointer(), 8))
         mask = _pick(builder, good, first, 8)
-        halves.append(builder.call(fn, [ptrs, ir.Constant(_I32, 4), mask, _const(_HALF, 0)]))
+        halves.append(builder.call(fn, [ptrs, ir.Constant(_I32, 4), mask, lane_constant(_HALF, 0)]))
     words = builder.shuffle_vector(halves[0], halves[1], ir.Constant(_V32, list(range(16))))
-    return builder.trunc(words, _V32), builder.trunc(builder.lshr(words, _const(_V64, 32)), _V32)
+    high = builder.lshr(words, lane_constant(_V64, 32))
+    return builder.trunc(words, _V32), builder.trunc(high, _V32)
 
 
 def _blend_plane(builder, words, k, ax, ay):
-    """Plane ``k``'s blend (32-bit lanes) of the taps in byte ``k`` of ``words`` (top left,
-    top right, bottom left, bottom right), weights ``ax``, ``ay``."""
-    v00, v01, v10, v11 = (
-        builder.and_(builder.lshr(word, _const(_V32, 8 * k)), _const(_V32, 255)) for word in words
-    )
-    shift = _const(_V32, WEIGHT_BITS)
-    upper = builder.add(builder.shl(v00, shift), builder.mul(ax, builder.sub(v01, v00)))
-    lower = builder.add(builder.shl(v10, shift), builder.mul(ax, builder.sub(v11, v10)))
-    value = builder.add(builder.shl(upper, shift), builder.mul(ay, builder.sub(lower, upper)))
-    value = builder.add(value, _const(_V32, HALF_BLEND))
-    return builder.ashr(value, _const(_V32, 2 * WEIGHT_BITS))
+    """Plane ``k``'s blend (:func:`~.warp_lanes.blend_lanes`) of the taps in byte ``k`` of
+    ``words`` (top left, top right, bottom left, bottom right), weights ``ax``, ``ay``."""
+    shift, byte = lane_constant(_V32, 8 * k), lane_constant(_V32, 255)
+    taps = [builder.and_(builder.lshr(word, shift), byte) for word in words]
+    return blend_lanes(builder, *taps, ax, ay)
 
 
 @intrinsic
@@ -121,8 +99,9 @@ def quads16_intrinsic(
         quads_v, d_v, planes_v, plane_out, q, width_v, height_v, bx, by, m00, m10, x = args
         step = ir.Constant(_V64, [ir.Constant(_I64, j) for j in range(QUAD_LANES)])
         fx = builder.sitofp(builder.add(splat(builder, x, QUAD_LANES), step), _VF)
-        sx, sy = _fixed16(builder, bx, m00, fx), _fixed16(builder, by, m10, fx)
-        x0, y0 = builder.ashr(sx, _const(_V64, BITS)), builder.ashr(sy, _const(_V64, BITS))
+        sx, sy = fixed_lanes(builder, bx, m00, fx), fixed_lanes(builder, by, m10, fx)
+        whole = lane_constant(_V64, BITS)
+        x0, y0 = builder.ashr(sx, whole), builder.ashr(sy, whole)
 
         def below(value, bound):  # 0 <= value < bound - 1, one unsigned compare
             last = splat(builder, builder.sub(bound, ir.Constant(_I64, 1)), QUAD_LANES)
@@ -137,9 +116,11 @@ def quads16_intrinsic(
             _gather_words(builder, base, low, good),
         )
 
+        fraction, cut = lane_constant(_V64, ONE - 1), lane_constant(_V64, CUT)
+
         def weights(fixed):  # .warp_points.weight, sixteen at a time
-            cut = builder.lshr(builder.and_(fixed, _const(_V64, ONE - 1)), _const(_V64, CUT))
-            return builder.trunc(cut, _V32)
+            cut_off = builder.lshr(builder.and_(fixed, fraction), cut)
+            return builder.trunc(cut_off, _V32)
 
         ax, ay = weights(sx), weights(sy)
         out_t = ir.VectorType(ir.IntType(8), QUAD_LANES)
@@ -167,17 +148,20 @@ def quads16_plain(
         sy = np.int64(math.floor((by + m10 * (x + j)) * SCALE + 0.5))
         x0, y0 = sx >> BITS, sy >> BITS
         good = u(x0) < u(width - 1) and u(y0) < u(height - 1)
-        wx, wy = (sx & (ONE - 1)) >> CUT, (sy & (ONE - 1)) >> CUT
+        ax, ay = sx & (ONE - 1), sy & (ONE - 1)
         t = y0 * width + x0 if good else 0  # a lane not good reads nothing: its taps are 0
         w00, w01 = np.int64(quads[t]) * good, np.int64(quads[t + 1]) * good
         w10, w11 = np.int64(quads[t + width]) * good, np.int64(quads[t + width + 1]) * good
         for k in range(planes):
-            v00, v01 = (w00 >> (8 * k)) & 255, (w01 >> (8 * k)) & 255
-            v10, v11 = (w10 >> (8 * k)) & 255, (w11 >> (8 * k)) & 255
-            upper = (v00 << WEIGHT_BITS) + wx * (v01 - v00)
-            lower = (v10 << WEIGHT_BITS) + wx * (v11 - v10)
-            mixed = (upper << WEIGHT_BITS) + wy * (lower - upper) + HALF_BLEND
-            d[k * plane_out + q + j] = mixed >> (2 * WEIGHT_BITS)
+            shift = 8 * k
+            d[k * plane_out + q + j] = blend_bytes(
+                (w00 >> shift) & 255,
+                (w01 >> shift) & 255,
+                (w10 >> shift) & 255,
+                (w11 >> shift) & 255,
+                ax,
+                ay,
+            )
         bits |= np.int64(0 if good else 1) << j
     return bits
 

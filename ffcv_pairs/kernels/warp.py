@@ -51,6 +51,7 @@ import math
 import numba as nb
 import numpy as np
 
+from .geometry import PAD_CONSTANT
 from .warp_copy import copy_whole_pixels, whole_pixels
 from .warp_edges import edge_row, listed
 from .warp_lanes import GATHER_LANES, blend8_gather, taps8
@@ -207,11 +208,11 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
     oh, ow = dst.shape[1], dst.shape[2]
     s, d = src.reshape(-1), dst.reshape(-1)  # C-contiguous: flat views
     st = Strides(planes, pixel, width * pixel, height * width * pixel, oh * ow * pixel)
+    level = np.uint8(mix(fill, fill, fill, fill, 0, 0, True))  # the fill's byte: a store's cast
     if rounding and whole_pixels(m, disp, oh, ow):
-        fv = np.uint8(mix(fill, fill, fill, fill, 0, 0, True))  # the cast a store does
         # uint8 views: one compile serves float32 too (where it never runs: rounding is False)
         copy_whole_pixels(
-            s.view(np.uint8), d.view(np.uint8), m, st, height, width, oh, ow, mode, fv
+            s.view(np.uint8), d.view(np.uint8), m, st, height, width, oh, ow, mode, level
         )
         return
     xs, ys, at = np.empty(ow, np.int64), np.empty(ow, np.int64), np.empty(ow, np.int64)
@@ -228,12 +229,15 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
         every[x] = x
     # RGB under an affine matrix (a rotation): sixteen pixels a step from its words
     quads = source_words(s8, m, disp, st, height, width, ow, rounding and blend and x_edges < 0)
+    constant = mode == PAD_CONSTANT
     for y in range(oh):  # one call of each row kernel below: each is inlined once
         base, cols, edges = 0, edge, 0  # the blend's plane offset, the edge pixels
         near, bx, by = affine_row(m, disp, y, ow) if len(quads) > 0 else (False, 0.0, 0.0)
         if near:  # from the source's words
             lo, hi = 0, 0  # blended here
-            edges = quad_row(quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge)
+            edges = quad_row(
+                quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge, level, constant
+            )
         elif x_edges >= 0:  # _taps' near row, its y: by + m10 x is by
             for x in range(ow):
                 ys[x] = np.int64(math.floor((m[1, 1] * y + m[1, 2]) * SCALE + 0.5))

@@ -27,6 +27,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from .bytemoves import fill_bytes
 from .llvmir import element_pointer, lane_constant, splat
 from .twins import pick
 from .warp_lanes import blend_lanes, fixed_lanes
@@ -205,21 +206,53 @@ def source_words(s8, m, disp, st, height, width, ow, blends):  # pragma: no cove
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def quad_row(quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge):  # pragma: no cover
+def _point(b, m, x):  # pragma: no cover - JIT
+    """Pixel ``x``'s fixed-point coordinate on an affine row, as :func:`~.warp._taps` stores it."""
+    return np.int64(math.floor((b + m * x) * SCALE + 0.5))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _all_fill(bx, by, m00, m10, x, width, height):  # pragma: no cover - JIT
+    """Whether pixel ``x``'s four taps are all outside (:func:`~.warp_edges.all_fill`, whose
+    blend is the fill under constant padding)."""
+    x0, y0 = _point(bx, m00, x) >> BITS, _point(by, m10, x) >> BITS
+    return x0 < -1 or x0 >= width or y0 < -1 or y0 >= height
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def quad_row(
+    quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge, level, constant
+):  # pragma: no cover - JIT
     """Output row ``y`` of an affine uint8 warp by ``m`` (it reads ``(bx + m00 x, by + m10
     x)``, ``ow >= 16``) blended sixteen pixels a step (:data:`quads16`, the last step overlapping
     the one before); the pixels with a tap outside are listed in ``edge`` with their points
-    in ``xs``, ``ys`` (as :func:`~.warp._taps` stores them). Returns how many."""
-    e, done, m00, m10 = 0, 0, m[0, 0], m[1, 0]
-    for x in range(0, ow, QUAD_LANES):
-        x = min(x, ow - QUAD_LANES)
+    in ``xs``, ``ys`` (as :func:`~.warp._taps` stores them). Returns how many.
+
+    Under ``constant`` padding the pixels at either end of the row whose taps are all outside
+    (a rotation's corners) are written as the fill, byte ``level``, here: no step blends them
+    and none is listed (the edge path would write the same bytes, a pixel at a time)."""
+    e, m00, m10, a, b = 0, m[0, 0], m[1, 0], 0, ow
+    if constant:  # the row's points are monotone in x: its all-fill pixels are at its ends
+        while a < ow and _all_fill(bx, by, m00, m10, a, width, height):
+            a += 1
+        while b > a and _all_fill(bx, by, m00, m10, b - 1, width, height):
+            b -= 1
+        for k in range(st.planes):
+            fill_bytes(d8, k * st.plane_out + y * ow, level, a)
+            fill_bytes(d8, k * st.plane_out + y * ow + b, level, ow - b)
+    if b == a:
+        return 0
+    lo = min(a, ow - QUAD_LANES)
+    end = max(b, lo + QUAD_LANES)
+    done = lo
+    for x in range(lo, end, QUAD_LANES):
+        x = min(x, end - QUAD_LANES)
         q = y * ow + x
         bits = quads16(quads, d8, st.planes, st.plane_out, q, width, height, bx, by, m00, m10, x)
         bits >>= done - x  # lanes an earlier step listed are left out
         for j in range(done - x, QUAD_LANES if bits else 0):
             if (bits >> (j - (done - x))) & 1:
-                xs[x + j] = np.int64(math.floor((bx + m00 * (x + j)) * SCALE + 0.5))
-                ys[x + j] = np.int64(math.floor((by + m10 * (x + j)) * SCALE + 0.5))
+                xs[x + j], ys[x + j] = _point(bx, m00, x + j), _point(by, m10, x + j)
                 edge[e] = x + j
                 e += 1
         done = x + QUAD_LANES

@@ -266,11 +266,20 @@ def _stand_in(step: PhotoStep, view_shape: tuple[int, ...] | None = None) -> Any
     return twin[0]
 
 
+#: (apply, work dtype) pairs known to have machine code: asked once, not at every batch.
+_READY: set[tuple[Any, str]] = set()
+
+
 def _compiled(step: PhotoStep, work: str) -> bool:
     """Whether ``step``'s apply has machine code for images of ``work`` (compiled, or in
     the disk cache); if not, its compile is queued for the background, once
     (:func:`~ffcv_pairs.kernels.stand_in.types_ready`)."""
-    return types_ready(step.apply, user_op_signature(work).args, quiet=False)
+    if (step.apply, work) in _READY:
+        return True
+    ready = types_ready(step.apply, user_op_signature(work).args, quiet=False)
+    if ready:
+        _READY.add((step.apply, work))
+    return ready
 
 
 def compile_steps(steps: tuple[PhotoStep, ...], work: str) -> None:
@@ -306,21 +315,22 @@ def apply_photo_steps(
     """
     if not steps:
         return
-    kernel, threads = drawn_op_kernel(view.dtype.name), nb.get_num_threads()
+    work = view.dtype.name
+    kernel, threads = drawn_op_kernel(work), nb.get_num_threads()
     keys = np.array(ids, dtype=np.int64)
     for step in (s for s in steps if tag in s.tags):
         u = uniform_rows(keys, clock, step.op, 0 if step.paired else tag, step.uniforms)
         rows = step.draw(u)
-        params = np.ascontiguousarray(
-            np.column_stack([rows, np.tile(np.array(tail), (len(keys), 1))]), dtype=np.float64
-        )
+        params = np.empty((len(keys), rows.shape[1] + len(tail)), np.float64)
+        params[:, : rows.shape[1]], params[:, rows.shape[1] :] = rows, tail
         twin = _stand_in(step, view.shape[1:])
-        if twin is not None and not _compiled(step, view.dtype.name):
+        if twin is not None and not _compiled(step, work):
             for image, row in zip(view, params):
                 twin(image, row, tag)
         else:
             kernel(step.apply, view, params, tag, threads)
-        if (failed := np.flatnonzero(params[:, 0] < 0)).size:  # an apply's failure mark
+        if params[:, 0].min(initial=0.0) < 0:  # an apply's failure mark
+            failed = np.flatnonzero(params[:, 0] < 0)
             raise RuntimeError(
                 f"augment {step.name}: failed on sample {int(keys[failed[0]])} of field {tag} "
                 f"({failed.size} of the batch's {len(keys)} samples)"

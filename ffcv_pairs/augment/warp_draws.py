@@ -197,7 +197,7 @@ def warp_matrices(
         return uniform_rows(ids, clock, WARP_OP_IDS[name], key, count)
 
     h1, w1 = warp_canvas(aug, height, width)
-    m = resize_map(n, height, width, h1, w1)
+    m = None if (h1, w1) == (height, width) else resize_map(n, height, width, h1, w1)
     h, w = np.full(n, h1, np.int64), np.full(n, w1, np.int64)
     if aug.scale_jitter is not None or aug.scale_jitter_aspect is not None:
         u = draw("scale_jitter", 2)
@@ -207,12 +207,12 @@ def warp_matrices(
         a = np.exp(math.log(alo) + (math.log(ahi) - math.log(alo)) * u[:, 1])
         h = np.maximum(1, np.round(h1 * s / np.sqrt(a))).astype(np.int64)
         w = np.maximum(1, np.round(w1 * s * np.sqrt(a))).astype(np.int64)
-        m = m @ resize_map(n, h1, w1, h, w)
+        m = _then(m, resize_map(n, h1, w1, h, w))
     if aug.pad_if_needed is not None:
         ph, pw = np.maximum(h, aug.pad_if_needed[0]), np.maximum(w, aug.pad_if_needed[1])
-        m = m @ matrices(n, 1, 0, -((pw - w) // 2), 0, 1, -((ph - h) // 2))
+        m = _then(m, matrices(n, 1, 0, -((pw - w) // 2), 0, 1, -((ph - h) // 2)))
         h, w = ph, pw
-    m = m @ _warps(aug, draw, n, h, w)
+    m = _then(m, _warps(aug, draw, n, h, w))
     oh, ow = output_size(aug, height, width)
     u = draw("window", 44)
     y0, x0, rh, rw = (np.asarray(v, np.float64) for v in _window(aug, u, h, w, (oh, ow)))
@@ -222,19 +222,29 @@ def warp_matrices(
         o = uniform_rows(ids, clock, WARP_OP_IDS["b_offset"], 0, 2)
         y0, x0 = y0 + (2 * o[:, 0] - 1) * aug.b_offset[0], x0 + (2 * o[:, 1] - 1) * aug.b_offset[1]
     sy, sx = rh / oh, rw / ow
-    m = m @ matrices(n, sx, 0, x0 + 0.5 * sx - 0.5, 0, sy, y0 + 0.5 * sy - 0.5)
-    return m @ _output_turns(aug, draw, n, oh, ow)
+    m = _then(m, matrices(n, sx, 0, x0 + 0.5 * sx - 0.5, 0, sy, y0 + 0.5 * sy - 0.5))
+    m = _then(m, _output_turns(aug, draw, n, oh, ow))
+    assert m is not None  # the window's map is never left out
+    return m
 
 
-def _warps(aug: Any, draw: Any, n: int, h: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Rotation, affine and perspective on the canvas of ``(h, w)``, about its centre."""
-    m, eye = np.tile(np.eye(3), (n, 1, 1)), np.eye(3)
+def _then(m: np.ndarray | None, then: np.ndarray | None) -> np.ndarray | None:
+    """``m @ then``, None standing for the identity (left out: no product to compute)."""
+    if m is None or then is None:
+        return then if m is None else m
+    return m @ then
+
+
+def _warps(aug: Any, draw: Any, n: int, h: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """Rotation, affine and perspective on the canvas of ``(h, w)``, about its centre
+    (None: none of them)."""
+    m, eye = None, np.eye(3)
     cx, cy = (w - 1) / 2, (h - 1) / 2
     if aug.rotate is not None and aug.rotate_p > 0:
         u = draw("rotate", 2)
         lo, hi = aug.rotate
         turn = rotation_map(lo + (hi - lo) * u[:, 1], cx, cy)
-        m = m @ np.where((u[:, 0] < aug.rotate_p)[:, None, None], turn, eye)
+        m = _then(m, np.where((u[:, 0] < aug.rotate_p)[:, None, None], turn, eye))
     if aug.has_affine:
         u = draw("affine", 7)
         lo, hi = aug.affine_degrees or (0.0, 0.0)
@@ -245,11 +255,12 @@ def _warps(aug: Any, draw: Any, n: int, h: np.ndarray, w: np.ndarray) -> np.ndar
         shear = (x0 + (x1 - x0) * u[:, 5], y0 + (y1 - y0) * u[:, 6])
         scale = slo + (shi - slo) * u[:, 4]
         moved = affine_map(lo + (hi - lo) * u[:, 1], shift, scale, shear, (cx, cy))
-        m = m @ np.where((u[:, 0] < aug.affine_p)[:, None, None], moved, eye)
+        m = _then(m, np.where((u[:, 0] < aug.affine_p)[:, None, None], moved, eye))
     if aug.perspective > 0 and aug.perspective_p > 0:
         u = draw("perspective", 9)
-        m = m @ np.where(
-            (u[:, 0] < aug.perspective_p)[:, None, None], _perspective(aug, u, h, w), eye
+        m = _then(
+            m,
+            np.where((u[:, 0] < aug.perspective_p)[:, None, None], _perspective(aug, u, h, w), eye),
         )
     return m
 
@@ -277,10 +288,10 @@ def _perspective(aug: Any, u: np.ndarray, h: np.ndarray, w: np.ndarray) -> np.nd
     return perspective_map(start, end)
 
 
-def _output_turns(aug: Any, draw: Any, n: int, oh: int, ow: int) -> np.ndarray:
+def _output_turns(aug: Any, draw: Any, n: int, oh: int, ow: int) -> np.ndarray | None:
     """Flips, quarter turns, ``transpose`` and ``d4`` on the output (square where they
-    turn it)."""
-    m = np.tile(np.eye(3), (n, 1, 1))
+    turn it); None: none of them."""
+    m = None
     if aug.hflip or aug.vflip or aug.rot90:
         u = draw("flips", 3)
         h_on, v_on = u[:, 0] < aug.hflip, u[:, 1] < aug.vflip
@@ -288,12 +299,12 @@ def _output_turns(aug: Any, draw: Any, n: int, oh: int, ow: int) -> np.ndarray:
             n, np.where(h_on, -1, 1), 0, np.where(h_on, ow - 1, 0), 0, np.where(v_on, -1, 1)
         )
         flips[:, 1, 2] = np.where(v_on, oh - 1, 0)
-        turns = _turns(n, np.floor(u[:, 2] * 4), oh, ow) if aug.rot90 else m
-        m = flips @ turns
+        m = _then(flips, _turns(n, np.floor(u[:, 2] * 4), oh, ow) if aug.rot90 else None)
     if aug.transpose:
         u = draw("transpose", 1)
-        m = m @ np.where((u[:, 0] < aug.transpose)[:, None, None], _TRANSPOSE, np.eye(3))
+        m = _then(m, np.where((u[:, 0] < aug.transpose)[:, None, None], _TRANSPOSE, np.eye(3)))
     if aug.d4:
         k = np.floor(draw("d4", 1)[:, 0] * 8).astype(np.int64)
-        m = m @ _turns(n, k, oh, ow) @ np.where((k >= 4)[:, None, None], _TRANSPOSE, np.eye(3))
+        turned = _then(m, _turns(n, k, oh, ow))
+        m = _then(turned, np.where((k >= 4)[:, None, None], _TRANSPOSE, np.eye(3)))
     return m

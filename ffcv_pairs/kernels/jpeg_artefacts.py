@@ -26,6 +26,8 @@ import numba as nb
 import numpy as np
 from numba import types
 
+from .pixel_words import interleave, planes_from_words
+
 __all__ = ["LIBRARY", "jpeg_artefacts"]
 
 #: The TurboJPEG library, as the dynamic loader finds it.
@@ -38,7 +40,7 @@ except RuntimeError as e:  # ffcv's extension needs it too: ffcv would not load 
         f"libturbojpeg (apt: libturbojpeg0-dev), as `make install` does"
     ) from None
 
-_TJPF_RGB, _TJPF_GRAY, _TJSAMP_420, _TJSAMP_GRAY = 0, 6, 2, 3
+_TJPF_RGB, _TJPF_RGBX, _TJPF_GRAY, _TJSAMP_420, _TJSAMP_GRAY = 0, 2, 6, 2, 3
 _TJFLAG_NOREALLOC, _TJFLAG_ACCURATEDCT = 1024, 4096
 _i32, _ptr = types.int32, types.voidptr
 _init_compress: Any = types.ExternalFunction("tjInitCompress", _ptr())
@@ -59,9 +61,10 @@ _decompress: Any = types.ExternalFunction(
 @nb.njit(cache=True, nogil=True)
 def _round_trip(packed, height, width, channels, quality):  # pragma: no cover - JIT
     """Encode and decode ``packed`` (uint8, ``height x width x channels``, C order) in place;
-    0, or -1 when libjpeg-turbo fails (the image is then undefined)."""
+    0, or -1 when libjpeg-turbo fails (the image is then undefined). ``channels``: 1 (gray),
+    3 (RGB) or 4 (RGBX: RGB with a fourth byte the codec does not read)."""
     gray = channels == 1
-    form = _TJPF_GRAY if gray else _TJPF_RGB
+    form = _TJPF_GRAY if gray else (_TJPF_RGBX if channels == 4 else _TJPF_RGB)
     sub = _TJSAMP_GRAY if gray else _TJSAMP_420
     jpeg = np.empty(_buf_size(np.int32(width), np.int32(height), np.int32(sub)), np.uint8)
     where = np.empty(2, np.uint64)  # the JPEG's address and size, as TurboJPEG takes them
@@ -121,6 +124,26 @@ def _unpack(packed, image, low, span, rounds):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True)
+def _bytes_round_trip(flat, params, height, width, planes):  # pragma: no cover - JIT
+    """:func:`jpeg_artefacts` of uint8 bytes ``flat``: HWC or 2-d (``planes`` 1) as they are,
+    CHW RGB (``planes`` 3) as RGBX words (:mod:`.pixel_words`: one vectorised pass each way,
+    where a byte loop into RGB triples goes a value at a time). A copy goes through the codec,
+    so the image is kept where it fails."""
+    n, words = height * width, planes == 3
+    packed = np.empty(4 * n if words else flat.size, np.uint8)
+    if words:
+        interleave(flat, 3, n, packed.view(np.uint32))
+    else:
+        packed[:] = flat
+    if _round_trip(packed, height, width, 4 if words else flat.size // n, int(params[1])):
+        params[0] = -1.0  # failed (apply_photo_steps raises): the image is kept
+    elif words:
+        planes_from_words(packed.view(np.uint32), 3, flat)
+    else:
+        flat[:] = packed
+
+
+@nb.njit(cache=True, nogil=True)
 def jpeg_artefacts(image, params, tag):  # pragma: no cover - JIT
     """``params = (apply, quality, low, high, rounds)``; ``image`` of 1 or 3 channels. See
     the module docstring. Where libjpeg-turbo fails (out of memory), ``params[0]`` is set to
@@ -129,6 +152,9 @@ def jpeg_artefacts(image, params, tag):  # pragma: no cover - JIT
         return
     low, high, rounds = params[-3], params[-2], params[-1] != 0.0
     planes, height, width, pixel = image.shape
+    if rounds and (planes == 1 or (planes == 3 and pixel == 1)):  # bytes: no value mapping
+        _bytes_round_trip(image.reshape(image.size).view(np.uint8), params, height, width, planes)
+        return
     packed = np.empty((height, width, planes * pixel), np.uint8)
     _pack(image, packed, low, high - low, rounds)
     if _round_trip(packed.reshape(packed.size), height, width, planes * pixel, int(params[1])):

@@ -3,9 +3,9 @@ from a copy of the source with one 4-byte word per pixel.
 
 The planar blend (:func:`~.warp_lanes.blend8_gather`) gathers two 4-byte words per output
 value and plane, and those gathers set a rotation's speed. Here the source's planes are
-first interleaved into one word per pixel (:func:`interleave`: plane ``k`` in byte ``k``), so
-one 8-byte gather brings a pixel's two top taps in every plane and one more its two bottom
-taps: a third of the gathered elements for RGB. The points come as
+first interleaved into one word per pixel (:func:`~.pixel_words.interleave`: plane ``k`` in
+byte ``k``), so one 8-byte gather brings a pixel's two top taps in every plane and one more
+its two bottom taps: a third of the gathered elements for RGB. The points come as
 :func:`~.warp_lanes.taps8_intrinsic` computes them (the same float64 operations, sixteen
 lanes), the blend as :func:`~.warp_points.mix` (32-bit lanes). A lane whose four taps are not
 all inside reads nothing (it is masked out of the gathers) and is written as the blend of
@@ -29,13 +29,13 @@ from numba.extending import intrinsic
 
 from .bytemoves import fill_bytes
 from .llvmir import element_pointer, lane_constant, splat
+from .pixel_words import interleave
 from .twins import pick
 from .warp_lanes import blend_lanes, fixed_lanes
 from .warp_points import BITS, CUT, ONE, SCALE, blend_bytes
 
 __all__ = [
     "QUAD_LANES",
-    "interleave",
     "quad_row",
     "quads16",
     "quads16_intrinsic",
@@ -87,7 +87,8 @@ def quads16_intrinsic(
     typingctx, quads, d, planes, plane_out, q, width, height, bx, by, m00, m10, x
 ):  # pragma: no cover - JIT
     """Pixels ``x .. x + 15`` of an affine output row (it reads ``(bx + m00 x, by + m10
-    x)``) blended from ``quads`` (:func:`interleave` of a ``height`` by ``width`` source) into
+    x)``) blended from ``quads`` (:func:`~.pixel_words.interleave` of a ``height`` by ``width``
+    source) into
     ``d[k * plane_out + q + j]`` for each plane ``k < planes`` (2 to 4). Returns the bit mask
     of the lanes whose taps are not all inside (written 0)."""
     i8, f8 = types.intp, types.float64
@@ -170,33 +171,11 @@ def quads16_plain(
 quads16 = pick(quads16_intrinsic, quads16_plain)
 
 
-@nb.njit(cache=True, nogil=True)
-def interleave(s, planes, plane_in, quads):  # pragma: no cover - JIT
-    """``quads[j]``: pixel ``j`` of every plane of the flat uint8 source ``s`` (``planes``
-    planes of ``plane_in`` values, 1 to 4), plane ``k`` in byte ``k`` (the others 0). One
-    pass: a loop per plane count, each vectorised."""
-    u, n = np.uint32, plane_in
-    p0, p1 = s[:n], s[n : 2 * n] if planes > 1 else s[:n]
-    p2, p3 = s[2 * n : 3 * n] if planes > 2 else s[:n], s[3 * n : 4 * n] if planes > 3 else s[:n]
-    if planes == 4:
-        for j in range(n):
-            quads[j] = u(p0[j]) | u(p1[j]) << 8 | u(p2[j]) << 16 | u(p3[j]) << 24
-    elif planes == 3:
-        for j in range(n):
-            quads[j] = u(p0[j]) | u(p1[j]) << 8 | u(p2[j]) << 16
-    elif planes == 2:
-        for j in range(n):
-            quads[j] = u(p0[j]) | u(p1[j]) << 8
-    else:
-        for j in range(n):
-            quads[j] = u(p0[j])
-
-
 @nb.njit(cache=True, nogil=True, inline="always")
 def source_words(s8, m, disp, st, height, width, ow, blends):  # pragma: no cover - JIT
-    """The source's words (:func:`interleave`) where :func:`quad_row` serves a sample: uint8
-    ``blends`` (not each axis apart), 2 to 4 planes of one value a pixel, rows of at least
-    sixteen pixels, an affine matrix; else an empty array."""
+    """The source's words (:func:`~.pixel_words.interleave`) where :func:`quad_row` serves a
+    sample: uint8 ``blends`` (not each axis apart), 2 to 4 planes of one value a pixel, rows of
+    at least sixteen pixels, an affine matrix; else an empty array."""
     affine = disp.shape[0] == 0 and m[2, 0] == 0.0 and m[2, 1] == 0.0 and m[2, 2] == 1.0
     quad = blends and affine and st.pixel == 1 and 2 <= st.planes <= 4 and ow >= QUAD_LANES
     quads = np.empty(height * width if quad else 0, np.uint32)

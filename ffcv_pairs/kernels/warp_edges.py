@@ -13,7 +13,7 @@ from .bytemoves import fill_bytes
 from .geometry import PAD_CONSTANT, border
 from .warp_points import BITS, ONE, mix
 
-__all__ = ["all_fill", "edge_row", "listed"]
+__all__ = ["all_fill", "edge_row", "listed", "taps_outside"]
 
 
 @nb.njit(cache=True, nogil=True)  # out of line: border pixels are few, and it compiles once
@@ -55,10 +55,16 @@ def listed(ok, ow, edge, lo=0, hi=0, bad=-1):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def taps_outside(px, py, height, width):  # pragma: no cover - JIT
+    """Whether all four taps of the fixed-point point ``(px, py)`` are outside the image."""
+    x0, y0 = px >> BITS, py >> BITS
+    return x0 < -1 or x0 >= width or y0 < -1 or y0 >= height
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def all_fill(xs, ys, x, mode, height, width):  # pragma: no cover - JIT
     """Whether all four taps of pixel ``x``'s point are the fill (constant padding)."""
-    x0, y0 = xs[x] >> BITS, ys[x] >> BITS
-    return mode == PAD_CONSTANT and (x0 < -1 or x0 >= width or y0 < -1 or y0 >= height)
+    return mode == PAD_CONSTANT and taps_outside(xs[x], ys[x], height, width)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

@@ -31,6 +31,7 @@ from .bytemoves import fill_bytes
 from .llvmir import element_pointer, lane_constant, splat
 from .pixel_words import interleave
 from .twins import pick
+from .warp_edges import taps_outside
 from .warp_lanes import blend_lanes, fixed_lanes
 from .warp_points import BITS, CUT, ONE, SCALE, blend_bytes
 
@@ -191,14 +192,6 @@ def _point(b, m, x):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _all_fill(bx, by, m00, m10, x, width, height):  # pragma: no cover - JIT
-    """Whether pixel ``x``'s four taps are all outside (:func:`~.warp_edges.all_fill`, whose
-    blend is the fill under constant padding)."""
-    x0, y0 = _point(bx, m00, x) >> BITS, _point(by, m10, x) >> BITS
-    return x0 < -1 or x0 >= width or y0 < -1 or y0 >= height
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
 def quad_row(
     quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge, level, constant
 ):  # pragma: no cover - JIT
@@ -212,9 +205,9 @@ def quad_row(
     and none is listed (the edge path would write the same bytes, a pixel at a time)."""
     e, m00, m10, a, b = 0, m[0, 0], m[1, 0], 0, ow
     if constant:  # the row's points are monotone in x: its all-fill pixels are at its ends
-        while a < ow and _all_fill(bx, by, m00, m10, a, width, height):
+        while a < ow and taps_outside(_point(bx, m00, a), _point(by, m10, a), height, width):
             a += 1
-        while b > a and _all_fill(bx, by, m00, m10, b - 1, width, height):
+        while b > a and taps_outside(_point(bx, m00, b - 1), _point(by, m10, b - 1), height, width):
             b -= 1
         for k in range(st.planes):
             fill_bytes(d8, k * st.plane_out + y * ow, level, a)

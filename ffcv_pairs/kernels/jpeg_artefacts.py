@@ -26,6 +26,7 @@ import numba as nb
 import numpy as np
 from numba import types
 
+from .bytemoves import copy_bytes
 from .pixel_words import interleave, planes_from_words
 
 __all__ = ["LIBRARY", "jpeg_artefacts"]
@@ -130,17 +131,18 @@ def _bytes_round_trip(flat, params, height, width, planes):  # pragma: no cover 
     where a byte loop into RGB triples goes a value at a time). A copy goes through the codec,
     so the image is kept where it fails."""
     n, words = height * width, planes == 3
-    packed = np.empty(4 * n if words else flat.size, np.uint8)
+    quads = np.empty(n if words else 0, np.uint32)
+    packed = quads.view(np.uint8) if words else np.empty(flat.size, np.uint8)
     if words:
-        interleave(flat, 3, n, packed.view(np.uint32))
+        interleave(flat, 3, n, quads)
     else:
-        packed[:] = flat
+        copy_bytes(packed, 0, flat, 0, flat.size)
     if _round_trip(packed, height, width, 4 if words else flat.size // n, int(params[1])):
         params[0] = -1.0  # failed (apply_photo_steps raises): the image is kept
     elif words:
-        planes_from_words(packed.view(np.uint32), 3, flat)
+        planes_from_words(quads, 3, flat)
     else:
-        flat[:] = packed
+        copy_bytes(flat, 0, packed, 0, flat.size)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -46,8 +46,6 @@ parallel one compiles in the background (:class:`~ffcv_pairs.kernels.stand_in.Pa
 
 from __future__ import annotations
 
-import math
-
 import numba as nb
 import numpy as np
 
@@ -59,10 +57,10 @@ from .warp_points import (
     BITS,
     FAR,
     ONE,
-    SCALE,
     Strides,
     affine_row,
     blend_bytes,
+    fixed,
     mix,
 )
 from .warp_quads import quad_row, source_words
@@ -98,8 +96,7 @@ def _point(m, fx, fy, x, width, height, row, px, xs, ys, at, ok):  # pragma: no 
     sx = (m[0, 1] * fy + m[0, 2] + m[0, 0] * fx) / (w if front else 1.0)
     sy = (m[1, 1] * fy + m[1, 2] + m[1, 0] * fx) / (w if front else 1.0)
     inside = front & (abs(sx) < FAR) & (abs(sy) < FAR)
-    gx = np.int64(math.floor((sx if inside else 0.0) * SCALE + 0.5))
-    hy = np.int64(math.floor((sy if inside else 0.0) * SCALE + 0.5))
+    gx, hy = fixed(sx if inside else 0.0), fixed(sy if inside else 0.0)
     return _store(x, gx, hy, inside, width, height, row, px, xs, ys, at, ok)
 
 
@@ -118,8 +115,7 @@ def _taps(
         for x in range(0, first, GATHER_LANES):  # eight a step (taps8), then the rest
             bad += taps8(bx, by, m00, m10, width, height, row, px, xs, ys, at, ok, x)
         for x in range(first, ow):
-            sx = np.int64(math.floor((bx + m00 * x) * SCALE + 0.5))
-            sy = np.int64(math.floor((by + m10 * x) * SCALE + 0.5))
+            sx, sy = fixed(bx + m00 * x), fixed(by + m10 * x)
             bad += _store(x, sx, sy, True, width, height, row, px, xs, ys, at, ok)
     else:  # flat, unsigned reads of the row's displacements
         u, first = np.uint64, (i * disp.shape[1] + y) * ow * 2 if disp.shape[0] > 0 else 0
@@ -178,7 +174,7 @@ def _axis_taps(m, disp, oh, ow, width, xs, at, edge):  # pragma: no cover - JIT
         return 0, 0, -1
     lo, hi, e, m00 = ow, 0, 0, m[0, 0]
     for x in range(ow):
-        xs[x] = np.int64(math.floor((bx + m00 * x) * SCALE + 0.5))
+        xs[x] = fixed(bx + m00 * x)
         at[x] = xs[x] >> BITS
         if np.uint64(at[x]) < np.uint64(width - 1):
             lo, hi = min(lo, x), x + 1
@@ -240,7 +236,7 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
             )
         elif x_edges >= 0:  # _taps' near row, its y: by + m10 x is by
             for x in range(ow):
-                ys[x] = np.int64(math.floor((m[1, 1] * y + m[1, 2]) * SCALE + 0.5))
+                ys[x] = fixed(m[1, 1] * y + m[1, 2])
             lo, hi, edges, base = x_lo, x_hi, x_edges, (ys[0] >> BITS) * st.row_in
             if not np.uint64(ys[0] >> BITS) < np.uint64(height - 1):
                 lo, hi, cols, edges = 0, 0, every, ow  # every pixel has a tap outside
@@ -251,7 +247,9 @@ def _bilinear_one(src, dst, m, disp, i, mode, fill, rounding):  # pragma: no cov
         if blend and hi > lo:
             _blend_row(s, d, s8, d8, y * ow * pixel, st, xs, ys, at, lo, hi, ow, rounding, base)
         if edges:
-            edge_row(s, d, d8, y, st, xs, ys, cols, edges, ow, height, width, mode, fill, rounding)
+            edge_row(
+                s, d, d8, y, st, xs, ys, cols, edges, ow, height, width, mode, fill, level, rounding
+            )
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)

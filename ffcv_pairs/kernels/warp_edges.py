@@ -7,7 +7,6 @@ they go one at a time, out of line.
 from __future__ import annotations
 
 import numba as nb
-import numpy as np
 
 from .bytemoves import fill_bytes
 from .geometry import PAD_CONSTANT, border
@@ -69,13 +68,12 @@ def all_fill(xs, ys, x, mode, height, width):  # pragma: no cover - JIT
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def edge_row(
-    s, d, d8, y, st, xs, ys, edge, e, ow, height, width, mode, fill, rounding
+    s, d, d8, y, st, xs, ys, edge, e, ow, height, width, mode, fill, level, rounding
 ):  # pragma: no cover - JIT
     """Output row ``y``'s pixels listed in ``edge[:e]`` (:func:`listed`). Under uint8
-    planes a run of pixels whose taps are all the fill is one byte fill a plane (their blend
-    is the fill's integer part, whatever the weights)."""
-    level, runs, j = np.uint8(mix(fill, fill, fill, fill, 0, 0, True)), st.pixel == 1, 0
-    runs = runs and rounding
+    planes a run of pixels whose taps are all the fill is one byte fill a plane, ``level``
+    (their blend is the fill's integer part, whatever the weights)."""
+    runs, j = rounding and st.pixel == 1, 0
     while j < e:
         x = edge[j] if edge[j] >= 0 else -1 - edge[j]
         if runs and edge[j] >= 0 and all_fill(xs, ys, x, mode, height, width):

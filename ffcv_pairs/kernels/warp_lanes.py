@@ -21,8 +21,6 @@ this process runs (:func:`~.twins.pick`).
 
 from __future__ import annotations
 
-import math
-
 import numba as nb
 import numpy as np
 from llvmlite import ir
@@ -31,7 +29,7 @@ from numba.extending import intrinsic
 
 from .llvmir import element_pointer, lane_constant, splat
 from .twins import pick
-from .warp_points import BITS, CUT, HALF_BLEND, ONE, SCALE, WEIGHT_BITS, blend_bytes
+from .warp_points import BITS, CUT, HALF_BLEND, ONE, SCALE, WEIGHT_BITS, blend_bytes, fixed
 
 __all__ = [
     "GATHER_LANES",
@@ -50,10 +48,6 @@ _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 _V32 = ir.VectorType(_I32, GATHER_LANES)
 _V64 = ir.VectorType(_I64, GATHER_LANES)
-
-
-def _const(value: int, vec_t: ir.VectorType) -> ir.Constant:
-    return lane_constant(vec_t, value)
 
 
 def blend_lanes(builder, v00, v01, v10, v11, ax, ay):
@@ -102,11 +96,14 @@ def blend8_gather_intrinsic(typingctx, s, d, t0, q, row, xs, ys, at, x):  # prag
         t = builder.add(lanes(at_t, at_v), splat(builder, t0, GATHER_LANES))
         below = builder.add(t, splat(builder, builder.sub(row, ir.Constant(_I64, 2)), 8))
         top4, low4 = _gather32(builder, base, t), _gather32(builder, base, below)
-        byte = _const(0xFF, _V32)
-        v00, v01 = builder.and_(top4, byte), builder.and_(builder.lshr(top4, _const(8, _V32)), byte)
-        v10 = builder.and_(builder.lshr(low4, _const(16, _V32)), byte)
-        v11 = builder.lshr(low4, _const(24, _V32))
-        mask, cut = _const(ONE - 1, _V64), _const(CUT, _V64)
+        byte = lane_constant(_V32, 0xFF)
+        v00, v01 = (
+            builder.and_(top4, byte),
+            builder.and_(builder.lshr(top4, lane_constant(_V32, 8)), byte),
+        )
+        v10 = builder.and_(builder.lshr(low4, lane_constant(_V32, 16)), byte)
+        v11 = builder.lshr(low4, lane_constant(_V32, 24))
+        mask, cut = lane_constant(_V64, ONE - 1), lane_constant(_V64, CUT)
 
         def weights(arr_t, arr):  # .warp_points.weight, eight at a time
             return builder.trunc(builder.lshr(builder.and_(lanes(arr_t, arr), mask), cut), _V32)
@@ -166,7 +163,10 @@ def taps8_intrinsic(
         step = ir.Constant(_V64, [ir.Constant(_I64, j) for j in range(GATHER_LANES)])
         fx = builder.sitofp(builder.add(splat(builder, x_v, GATHER_LANES), step), _F64)
         sx, sy = fixed_lanes(builder, bx_v, m00_v, fx), fixed_lanes(builder, by_v, m10_v, fx)
-        x0, y0 = builder.ashr(sx, _const(BITS, _V64)), builder.ashr(sy, _const(BITS, _V64))
+        x0, y0 = (
+            builder.ashr(sx, lane_constant(_V64, BITS)),
+            builder.ashr(sy, lane_constant(_V64, BITS)),
+        )
 
         def below(value, bound):  # 0 <= value < bound - 1, one unsigned compare
             last = builder.sub(bound, ir.Constant(_I64, 1))
@@ -176,8 +176,8 @@ def taps8_intrinsic(
         offset = builder.add(
             builder.mul(y0, splat(builder, row_v, 8)), builder.mul(x0, splat(builder, px_v, 8))
         )
-        flag = builder.add(builder.zext(good, _V64), _const(2, _V64))
-        values = (sx, sy, builder.select(good, offset, _const(0, _V64)), flag)
+        flag = builder.add(builder.zext(good, _V64), lane_constant(_V64, 2))
+        values = (sx, sy, builder.select(good, offset, lane_constant(_V64, 0)), flag)
         for (arr_t, arr), value in zip(arrays, values):
             ptr = element_pointer(context, builder, arr_t, arr, x_v, _V64)
             builder.store(value, ptr, align=8)
@@ -195,8 +195,7 @@ def taps8_plain(bx, by, m00, m10, width, height, row, px, xs, ys, at, ok, x):  #
     """:func:`taps8_intrinsic`'s twin: :func:`.warp._taps`' affine loop on eight pixels."""
     bad, u = np.int64(0), np.uint64
     for j in range(x, x + GATHER_LANES):
-        sx = np.int64(math.floor((bx + m00 * j) * SCALE + 0.5))
-        sy = np.int64(math.floor((by + m10 * j) * SCALE + 0.5))
+        sx, sy = fixed(bx + m00 * j), fixed(by + m10 * j)
         x0, y0 = sx >> BITS, sy >> BITS
         good = np.int64(u(x0) < u(width - 1)) & np.int64(u(y0) < u(height - 1))
         xs[j], ys[j], at[j], ok[j] = sx, sy, (y0 * row + x0 * px) * good, good + 2

@@ -39,6 +39,7 @@ __all__ = [
     "Strides",
     "affine_row",
     "blend_bytes",
+    "fixed",
     "fixed_point",
     "mix",
     "source_point",
@@ -66,12 +67,18 @@ def weight(fixed):  # pragma: no cover - JIT
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def fixed(v):  # pragma: no cover - JIT
+    """A source coordinate in fixed point: ``floor(v * 2**BITS + 1/2)``, an int64."""
+    return np.int64(math.floor(v * SCALE + 0.5))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def fixed_point(sx, sy):  # pragma: no cover - JIT
-    """``(X, Y, inside)``: ``X = floor(sx * 2**BITS + 1/2)``; ``inside`` False for a point
-    absurdly far (it reads the fill)."""
+    """``(X, Y, inside)``: ``X = fixed(sx)``; ``inside`` False for a point absurdly far (it
+    reads the fill)."""
     if not (abs(sx) < FAR and abs(sy) < FAR):
         return np.int64(0), np.int64(0), False
-    return np.int64(math.floor(sx * SCALE + 0.5)), np.int64(math.floor(sy * SCALE + 0.5)), True
+    return fixed(sx), fixed(sy), True
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

@@ -19,8 +19,6 @@ runs (:func:`~.twins.pick`).
 
 from __future__ import annotations
 
-import math
-
 import numba as nb
 import numpy as np
 from llvmlite import ir
@@ -33,7 +31,7 @@ from .pixel_words import interleave
 from .twins import pick
 from .warp_edges import taps_outside
 from .warp_lanes import blend_lanes, fixed_lanes
-from .warp_points import BITS, CUT, ONE, SCALE, blend_bytes
+from .warp_points import BITS, CUT, ONE, blend_bytes, fixed
 
 __all__ = [
     "QUAD_LANES",
@@ -147,8 +145,7 @@ def quads16_plain(
     """:func:`quads16_intrinsic`'s twin, a pixel at a time."""
     bits, u = np.int64(0), np.uint64
     for j in range(QUAD_LANES):
-        sx = np.int64(math.floor((bx + m00 * (x + j)) * SCALE + 0.5))
-        sy = np.int64(math.floor((by + m10 * (x + j)) * SCALE + 0.5))
+        sx, sy = fixed(bx + m00 * (x + j)), fixed(by + m10 * (x + j))
         x0, y0 = sx >> BITS, sy >> BITS
         good = u(x0) < u(width - 1) and u(y0) < u(height - 1)
         ax, ay = sx & (ONE - 1), sy & (ONE - 1)
@@ -186,12 +183,6 @@ def source_words(s8, m, disp, st, height, width, ow, blends):  # pragma: no cove
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _point(b, m, x):  # pragma: no cover - JIT
-    """Pixel ``x``'s fixed-point coordinate on an affine row, as :func:`~.warp._taps` stores it."""
-    return np.int64(math.floor((b + m * x) * SCALE + 0.5))
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
 def quad_row(
     quads, d8, st, y, ow, width, height, bx, by, m, xs, ys, edge, level, constant
 ):  # pragma: no cover - JIT
@@ -205,9 +196,11 @@ def quad_row(
     and none is listed (the edge path would write the same bytes, a pixel at a time)."""
     e, m00, m10, a, b = 0, m[0, 0], m[1, 0], 0, ow
     if constant:  # the row's points are monotone in x: its all-fill pixels are at its ends
-        while a < ow and taps_outside(_point(bx, m00, a), _point(by, m10, a), height, width):
+        while a < ow and taps_outside(fixed(bx + m00 * a), fixed(by + m10 * a), height, width):
             a += 1
-        while b > a and taps_outside(_point(bx, m00, b - 1), _point(by, m10, b - 1), height, width):
+        while b > a and taps_outside(
+            fixed(bx + m00 * (b - 1)), fixed(by + m10 * (b - 1)), height, width
+        ):
             b -= 1
         for k in range(st.planes):
             fill_bytes(d8, k * st.plane_out + y * ow, level, a)
@@ -224,7 +217,7 @@ def quad_row(
         bits >>= done - x  # lanes an earlier step listed are left out
         for j in range(done - x, QUAD_LANES if bits else 0):
             if (bits >> (j - (done - x))) & 1:
-                xs[x + j], ys[x + j] = _point(bx, m00, x + j), _point(by, m10, x + j)
+                xs[x + j], ys[x + j] = fixed(bx + m00 * (x + j)), fixed(by + m10 * (x + j))
                 edge[e] = x + j
                 e += 1
         done = x + QUAD_LANES

@@ -214,7 +214,8 @@ def cpu_ops(
     tag = schema.IMAGE_FIELDS.index(name)
     ops: list[Operation] = []
     if augment.warps:
-        ops.extend([] if placement.warped else [Warp(augment, axes, clock, tag)])  # or decoded
+        if not placement.warped:  # else the decoder warps (load/warp_decode)
+            ops.append(Warp(augment, axes, clock, tag))
     elif augment.resizes:
         ops.append(ResizedCrop(augment, axes, clock, tag))
     if augment.has_photometric:

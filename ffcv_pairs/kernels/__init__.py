@@ -17,10 +17,10 @@ sources (see ``_cache``), in a per-user folder that outlives the environment
 (``cache_dir``); :class:`SharedCompile` calls a kernel so that processes needing the same new
 kernel at once compile it once.
 
-The seventeen hand-written LLVM intrinsics (``lanes``, ``bytemoves``, ``bytesums``,
-``floatbits``, ``warp_lanes``, ``hue_lanes``; ``llvmir`` holds their IR helpers) each have a
-plain-numba twin of the same contract, and ``FFCV_PAIRS_PLAIN_KERNELS=1`` runs the twins
-everywhere (see ``twins``).
+The eighteen hand-written LLVM intrinsics (``lanes``, ``bytemoves``, ``bytesums``,
+``floatbits``, ``warp_lanes``, ``warp_quads``, ``hue_lanes``; ``llvmir`` holds their IR
+helpers) each have a plain-numba twin of the same contract, and ``FFCV_PAIRS_PLAIN_KERNELS=1``
+runs the twins everywhere (see ``twins``).
 """
 
 from . import _cache  # noqa: F401  (first: the cache locators must be in place before any @njit)

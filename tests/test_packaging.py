@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -157,3 +159,40 @@ def test_an_upstream_loader_leaves_numba_types_alone(order: str) -> None:
         timeout=300,
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def _ci_run(tmp_path: Path, free_mb: int) -> subprocess.CompletedProcess[str]:
+    """A copy of `.ci/run`, run with `df` reporting `free_mb` and `make` stubbed."""
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_text((REPO / ".ci" / "run").read_text())
+    (tmp_path / ".venv").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shims = {
+        "df": f"echo 'Filesystem 1048576-blocks Used Available Capacity Mounted'\n"
+        f"echo 'disk 99999 1 {free_mb} 1% /'",
+        "make": 'echo "make $*" > "$(dirname "$0")/../make-ran"',
+    }
+    for name, body in shims.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    return subprocess.run(
+        ["bash", str(tmp_path / ".ci" / "run")], env=env, capture_output=True, text=True
+    )
+
+
+def test_ci_says_a_full_disk_before_the_suite(tmp_path: Path) -> None:
+    done = _ci_run(tmp_path, free_mb=287)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"ci: only 287 MB free in {tmp_path}, and a test run's files (about 1.3 GB) "
+        "needs about 2000 MB; free some space first"
+    )
+    assert not (tmp_path / "make-ran").exists()
+
+
+def test_ci_runs_make_test_given_room(tmp_path: Path) -> None:
+    done = _ci_run(tmp_path, free_mb=50_000)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "make-ran").read_text() == "make test\n"

@@ -427,6 +427,81 @@ def test_float_values_outside_the_range_are_refused(tmp_path: Path) -> None:
     _batches(path, wide)  # declared: fine
 
 
+@pytest.mark.parametrize(
+    ("options", "ops"),
+    [
+        ({"gamma": (0.8, 1.2)}, "gamma"),
+        ({"invert": 1.0, "blur": 1.0}, "invert, blur"),
+        ({"policy": "trivial_augment_wide"}, "policy"),
+    ],
+    ids=["gamma", "invert-blur", "policy"],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_drawn_ops_refuse_float_values_outside_the_range(
+    tmp_path: Path, options: dict, ops: str, dtype: str
+) -> None:
+    """The per-sample ops clamp float images to value_range as brightness does: one value of
+    2 in B's sample 5 is refused by name, not turned into 1 (gamma) or 0 (invert); the
+    range's own ends pass, and a declared range loads the same file."""
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0, 1, (8, 3, 16, 16)).astype(dtype)
+    a[0, 0, 0, :2] = 0.0, 1.0  # the ends are inside
+    b = a.copy()
+    b[5, 1, 2, 3] = 2.0
+    path = _file(tmp_path, a, b, np.arange(8))
+    with pytest.raises(
+        LoaderError,
+        match=rf"^augment value_range=\(0, 1\): sample 5 of B has 1 values outside it \(from 2 "
+        rf"to 2\); {ops} clamp float images to value_range",
+    ):
+        _batches(path, PairAugment(**options), bs=8)
+    _batches(path, PairAugment(**options, value_range=(0.0, 2.0)), bs=8)
+    b[5, 1, 2, 3] = 1.0
+    _batches(_file(tmp_path, a, b, np.arange(8), "inside.beton"), PairAugment(**options), bs=8)
+
+
+def test_a_float_fill_outside_the_range_is_refused_where_it_would_clamp(tmp_path: Path) -> None:
+    """A fill the ops would clamp is refused when the loader is made; where nothing pads
+    with it (reflect) or nothing clamps (no photometric op), any float fill stays allowed."""
+    rng = np.random.default_rng(4)
+    a = rng.uniform(0, 1, (4, 3, 16, 16)).astype(np.float32)
+    path = _file(tmp_path, a, a.copy(), np.arange(4))
+    with pytest.raises(
+        ValueError,
+        match=r"^augment fill=2 lies outside value_range \(0, 1\) of A's float32 values, which "
+        r"the photometric ops clamp to: set fill or value_range$",
+    ):
+        make_loader(path, batch_size=4, augment=PairAugment(rotate=30, fill=2.0, gamma=(0.8, 1.2)))
+    for fine in (
+        PairAugment(rotate=30, fill=2.0, pad_mode="reflect", gamma=(0.8, 1.2)),
+        PairAugment(rotate=30, fill=2.0),
+        PairAugment(rotate=30, fill=2.0, gamma=(0.8, 1.2), value_range=(0.0, 2.0)),
+    ):
+        make_loader(path, batch_size=4, augment=fine)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "threshold", "top"), [("uint8", 300.0, "255"), ("float32", 7.0, "1")]
+)
+def test_an_unreachable_solarize_threshold_is_refused(
+    tmp_path: Path, dtype: str, threshold: float, top: str
+) -> None:
+    """As torchvision's solarize: a threshold above the images' largest value would invert
+    nothing."""
+    a = np.zeros((4, 3, 8, 8), dtype)
+    path = _file(tmp_path, a, a.copy(), np.arange(4))
+    aug = PairAugment(solarize=1.0, solarize_threshold=threshold)
+    with pytest.raises(
+        ValueError,
+        match=rf"^augment solarize_threshold={threshold} is above A's largest {dtype} value "
+        rf"{top}: no value would be inverted$",
+    ):
+        make_loader(path, batch_size=4, augment=aug)
+    make_loader(
+        path, batch_size=4, augment=PairAugment(solarize=1.0, solarize_threshold=float(top))
+    )
+
+
 def test_value_range_is_for_float_images(tmp_path: Path) -> None:
     a, b, labels = _data(8, (3, 8, 8), "uint8")
     path = _file(tmp_path, a, b, labels)

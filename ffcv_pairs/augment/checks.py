@@ -18,6 +18,7 @@ __all__ = [
     "MAX_SIDE",
     "PAD_MODES",
     "accept_old_names",
+    "check_fill",
     "check_geometry",
     "check_photometric_and_output",
     "check_swap",
@@ -134,6 +135,30 @@ def is_value_of(value: float, dtype: str) -> bool:
         return True
     info = np.iinfo(kind)
     return float(value).is_integer() and info.min <= value <= info.max
+
+
+def check_fill(aug: Any, name: str, stored: str) -> None:
+    """``aug.fill`` must be a value of field ``name``'s ``stored`` dtype (padding never wraps
+    or rounds) and, on floats, inside the value range where it pads and an op clamps to it.
+
+    Raises:
+        ValueError: naming the fill, the field and its dtype or value range.
+    """
+    dtype, (low, high) = np.dtype(stored), aug.float_range
+    pads = (aug.pad_mode == "constant" and aug.has_geometry) or aug.policy_ops
+    clamps = aug.has_photometric or aug.photo_ops or aug.policy_ops
+    if dtype.kind == "f" and pads and clamps and not low <= aug.fill <= high:
+        raise ValueError(
+            f"augment fill={aug.fill:g} lies outside value_range ({low:g}, {high:g}) of "
+            f"{name}'s {dtype} values, which the photometric ops clamp to: set fill or "
+            f"value_range"
+        )
+    if not is_value_of(aug.fill, stored):
+        info = np.iinfo(dtype)
+        raise ValueError(
+            f"augment fill={aug.fill} is not a {dtype} value ({name} is {dtype}): use a "
+            f"whole number in [{info.min}, {info.max}]"
+        )
 
 
 def accept_old_names(aug: Any, paired_geometry: bool | None) -> None:

@@ -51,17 +51,17 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from ..format.schema import ArraySpec, PairSchema
+from ..format.schema import PairSchema
 from ..kernels.geometry import GeometryConfig
 from ..kernels.photometric import PhotometricConfig
 from .axes import ImageAxes, image_axes
 from .checks import (
     PAD_MODES,
     accept_old_names,
+    check_fill,
     check_geometry,
     check_photometric_and_output,
     check_swap,
-    is_value_of,
 )
 from .dense import DenseField, DenseKind, check_dense
 from .photo_options import PhotoOptions, check_photo_options
@@ -292,7 +292,7 @@ class PairAugment(PhotoOptions, PolicyOptions, WarpOptions):
                 f"{schema.a.shape} {schema.a.dtype} and {schema.b.shape} {schema.b.dtype}"
             )
         for name, axes in out.items():
-            self._check_fill(name, schema.spec(name))
+            check_fill(self, name, schema.spec(name).dtype)
             oh, ow = self.output_size(axes)
             check_warp_axes(self, name, axes, (oh, ow))
             if self.crop is not None and not self.warps:
@@ -324,16 +324,6 @@ class PairAugment(PhotoOptions, PolicyOptions, WarpOptions):
         """The old name of :meth:`field_axes` (warns: "layout" is the page layout only)."""
         warnings.warn("PairAugment.layouts() is now field_axes()", FutureWarning, stacklevel=2)
         return self.field_axes(schema)
-
-    def _check_fill(self, name: str, spec: ArraySpec) -> None:
-        """``fill`` must be a value of the stored dtype: padding never wraps or rounds."""
-        dtype = np.dtype(spec.dtype)
-        if not is_value_of(self.fill, spec.dtype):
-            info = np.iinfo(dtype)
-            raise ValueError(
-                f"augment fill={self.fill} is not a {dtype} value ({name} is {dtype}): use a "
-                f"whole number in [{info.min}, {info.max}]"
-            )
 
     def output_size(self, axes: ImageAxes) -> tuple[int, int]:
         """The output ``(height, width)`` of images stored as ``axes``."""

@@ -22,10 +22,11 @@ from ffcv.pipeline.state import State
 from ..format.schema import PairSchema
 from ..kernels import SharedCompile
 from ..kernels.noise import normal_table
-from ..kernels.photometric import ChannelPlanes, PhotometricConfig, photometric
+from ..kernels.photometric import ChannelPlanes, photometric
 from ..kernels.pixels import photometric_uint8
 from ..kernels.resize import ResizeShape, resized_crop
 from .config import ImageAxes, PairAugment
+from .photo_ops import refuse_outside
 from .placement import OpPlacement
 from .warp_ops import Warp
 
@@ -118,26 +119,14 @@ class Photometric(Operation):
             outside = np.zeros((n, 3), dtype=np.float64)
             call(photometric, indices, work, cfg, clock, tag, chans, table, outside)
             if outside[:, 0].any():
-                _refuse_outside(indices, outside, cfg, name)
+                bounds = (cfg.low, cfg.high)
+                refuse_outside(indices, outside, bounds, name, "brightness, contrast and noise")
             if images.dtype == np.float16:
                 images[:n] = work.reshape(images[:n].shape)
             return images
 
         jitter.with_indices = True  # type: ignore[attr-defined]
         return jitter
-
-
-def _refuse_outside(
-    indices: np.ndarray, outside: np.ndarray, cfg: PhotometricConfig, name: str
-) -> None:
-    i = int(np.flatnonzero(outside[:, 0])[0])
-    count, low, high = outside[i]
-    raise ValueError(
-        f"augment value_range=({cfg.low:g}, {cfg.high:g}): sample {int(indices[i])} of {name} "
-        f"has {int(count)} values outside it (from {low:g} to {high:g}); brightness, contrast "
-        f"and noise clamp float images to value_range (default (0, 1), as torchvision): set "
-        f"value_range to your data's range"
-    )
 
 
 _TORCH_DTYPES = {

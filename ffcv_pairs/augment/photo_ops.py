@@ -24,6 +24,7 @@ import numba as nb
 import numpy as np
 
 from .._checks import shown
+from ..format.schema import PairSchema
 from ..kernels.blur import gaussian_blur
 from ..kernels.colour import JITTER_PARTS, channel_shuffle, color_jitter, grayscale
 from ..kernels.drawn_driver import drawn_op_kernel
@@ -31,6 +32,7 @@ from ..kernels.erasing import erase
 from ..kernels.hashing import PHOTO_OP_IDS, uniform_rows
 from ..kernels.jpeg_artefacts import jpeg_artefacts
 from ..kernels.numpy_colour import color_jitter_stand_in, serves_color_jitter
+from ..kernels.photometric import values_outside
 from ..kernels.sharpness import sharpness
 from ..kernels.stand_in import types_ready
 from ..kernels.tones import autocontrast, equalize, gamma, invert, posterize, solarize
@@ -46,6 +48,7 @@ __all__ = [
     "compile_steps",
     "photo_steps",
     "random_order",
+    "refuse_outside",
     "value_range",
 ]
 
@@ -233,6 +236,12 @@ def _check_field(aug: Any, names: tuple[str, ...], channels: int, stored: str, f
         raise ValueError(
             f"augment jpeg={aug.jpeg} takes images of 1 or 3 channels; {field} has {channels}"
         )
+    top = 255.0 if stored == "uint8" else aug.float_range[1]
+    if "solarize" in names and aug.solarize_threshold is not None and aug.solarize_threshold > top:
+        raise ValueError(
+            f"augment solarize_threshold={shown(aug.solarize_threshold)} is above {field}'s "
+            f"largest {stored} value {top:g}: no value would be inverted"
+        )
     value = aug.erasing_value
     if "erasing" not in names or value == "random":
         return
@@ -310,15 +319,24 @@ def apply_photo_steps(
     background (see :func:`compile_steps`) runs its numpy twin on each image.
 
     Raises:
+        ValueError: a float image holds values outside the value range, which the ops would
+            clamp (see :func:`refuse_outside`).
         RuntimeError: an apply marked its sample failed (set its row's first value, the
             apply flag, to -1: a library it calls failed, as JPEG's can run out of memory).
     """
-    if not steps:
+    active = [s for s in steps if tag in s.tags]
+    if not active:
         return
     work = view.dtype.name
     kernel, threads = drawn_op_kernel(work), nb.get_num_threads()
     keys = np.array(ids, dtype=np.int64)
-    for step in (s for s in steps if tag in s.tags):
+    if work != "uint8":
+        outside = np.zeros((len(keys), 3))
+        values_outside(view.reshape(len(keys), -1), tail[0], tail[1], outside)
+        if outside[:, 0].any():
+            names = ", ".join(dict.fromkeys(s.name.split()[0] for s in active))
+            refuse_outside(keys, outside, tail[:2], PairSchema.IMAGE_FIELDS[tag], names)
+    for step in active:
         u = uniform_rows(keys, clock, step.op, 0 if step.paired else tag, step.uniforms)
         rows = step.draw(u)
         params = np.empty((len(keys), rows.shape[1] + len(tail)), np.float64)
@@ -335,3 +353,24 @@ def apply_photo_steps(
                 f"augment {step.name}: failed on sample {int(keys[failed[0]])} of field {tag} "
                 f"({failed.size} of the batch's {len(keys)} samples)"
             )
+
+
+def refuse_outside(
+    ids: np.ndarray, outside: np.ndarray, bounds: tuple[float, float], field: str, ops: str
+) -> None:
+    """Refuse the first sample with values outside ``bounds``, the value range that ``ops``
+    clamp float images to: ``outside[i]`` is sample ``ids[i]``'s ``[count, min, max]`` of
+    them (:func:`~ffcv_pairs.kernels.photometric.values_outside`).
+
+    Raises:
+        ValueError: naming the sample, the field, the values and the range: clamping would
+            change data the user did not ask to change.
+    """
+    i = int(np.flatnonzero(outside[:, 0])[0])
+    count, least, most = outside[i]
+    raise ValueError(
+        f"augment value_range=({bounds[0]:g}, {bounds[1]:g}): sample {int(ids[i])} of {field} "
+        f"has {int(count)} values outside it (from {least:g} to {most:g}); {ops} clamp float "
+        f"images to value_range (default (0, 1), as torchvision): set value_range to your "
+        f"data's range"
+    )

@@ -17,7 +17,8 @@
 
 Without noise that is torchvision's float result too (it also clamps after
 contrast, which changes nothing once the end is clamped). A float image with
-values outside ``(low, high)`` is refused rather than clamped (see
+values outside ``(low, high)`` is refused rather than clamped (:func:`values_outside` counts
+them for the per-sample ops; see
 :class:`~ffcv_pairs.augment.ops.Photometric`).
 
 torchvision instead rounds toward zero after each op and takes the mean of the
@@ -47,6 +48,7 @@ __all__ = [
     "image_mean",
     "photometric",
     "stored_mean",
+    "values_outside",
 ]
 
 LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
@@ -236,3 +238,22 @@ def photometric(ids, x, cfg, clock, tag, chans, table, outside):  # pragma: no c
         for j in range(n):
             v = d.contrast * img[j] + (1.0 - d.contrast) * m + noise[j]
             img[j] = min(max(v, lo), hi)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def values_outside(x, low, high, outside):  # pragma: no cover - JIT
+    """``outside[i]``: ``[count, min, max]`` of the values of float32 image ``x[i]`` (``x``:
+    ``(batch, elements)``) outside ``[low, high]``; ``[0, inf, -inf]`` when there are none.
+    The count is one vectorised pass; the extremes, a second, only for an image with any."""
+    lo, hi = np.float32(low), np.float32(high)
+    for i in nb.prange(x.shape[0]):
+        img = x[i]
+        bad = 0
+        for j in range(img.size):
+            bad += (img[j] < lo) | (img[j] > hi)
+        least, most = np.inf, -np.inf
+        if bad:
+            for j in range(img.size):
+                if img[j] < lo or img[j] > hi:
+                    least, most = min(least, img[j]), max(most, img[j])
+        outside[i, 0], outside[i, 1], outside[i, 2] = bad, least, most

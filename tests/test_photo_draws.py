@@ -151,11 +151,26 @@ def test_paired_outputs_byte_identical_across_fields_threads_and_batches(dtype: 
 
 
 def test_rgb_ops_refuse_other_channel_counts_by_name() -> None:
-    with pytest.raises(ValueError, match=r"augment saturation=0.2 needs 3 channels .* has 1"):
-        photo_steps(PairAugment(saturation=0.2), 1, "uint8", "A")
+    with pytest.raises(ValueError, match=r"augment saturation=0.2 needs 3 channels .* has 4"):
+        photo_steps(PairAugment(saturation=0.2), 4, "uint8", "A")
     with pytest.raises(ValueError, match=r"augment invert: .* A is int16"):
         photo_steps(PairAugment(invert=0.5), 3, "int16", "A")
     assert photo_steps(PairAugment(invert=0.5, gamma=(1, 2)), 1, "uint8", "A")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_rgb_ops_leave_one_channel_as_it_is(dtype: str) -> None:
+    """As torchvision's ``adjust_saturation``, ``adjust_hue`` and ``rgb_to_grayscale`` on one
+    channel: the jitter's brightness and contrast, in its drawn order, are all that moves."""
+    rng = np.random.default_rng(8)
+    images = rng.integers(0, 256, (16, 1, 12, 10)).astype(dtype)
+    if dtype == "float32":
+        images /= 255
+    ids = np.arange(16, dtype=np.int64) * 31
+    assert photo_steps(PairAugment(saturation=0.4, hue=0.1, grayscale=1.0), 1, dtype, "A") == ()
+    every = run(PairAugment(color_jitter=(0.4, 0.4, 0.4, 0.1)), images, ids, 0)
+    moved = run(PairAugment(color_jitter=(0.4, 0.4, 0.0, 0.0)), images, ids, 0)
+    assert every.tobytes() == moved.tobytes() and not np.array_equal(every, images)
 
 
 @pytest.mark.parametrize(

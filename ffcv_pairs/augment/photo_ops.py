@@ -52,7 +52,7 @@ __all__ = [
     "value_range",
 ]
 
-#: The ops that read the channels as R, G, B.
+#: The ops that read the channels as R, G, B (on one channel they change nothing).
 RGB_OPS = ("saturation", "hue", "grayscale")
 #: The dtypes the ops work on (float16 reaches them as float32).
 WORK_DTYPES = ("uint8", "float32")
@@ -160,6 +160,8 @@ def _quality(p: float, low: int, high: int) -> Callable:
 def _steps(aug: Any, channels: int, mid: float) -> dict[str, tuple[int, Callable, Any]]:
     """Each op's ``(uniforms, draw, apply)``."""
     jitter = aug.color_jitter or (0.0, 0.0, 0.0, 0.0)
+    if channels == 1:  # as torchvision's: saturation and hue leave one channel as it is
+        jitter = (*jitter[:2], 0.0, 0.0)
     threshold = mid if aug.solarize_threshold is None else aug.solarize_threshold
     return {
         "color_jitter": (7, _jitter(jitter, True), color_jitter),
@@ -211,7 +213,7 @@ def photo_steps(
     steps = [
         PhotoStep(name, PHOTO_OP_IDS[name], getattr(aug, f"{name}_paired"), *table[name])
         for name in names
-        if name != "erasing"
+        if name != "erasing" and not (channels == 1 and name in RGB_OPS)
     ]
     if "erasing" in names:
         if size is None:
@@ -227,10 +229,10 @@ def photo_steps(
 def _check_field(aug: Any, names: tuple[str, ...], channels: int, stored: str, field: str) -> None:
     """The checks of ``aug``'s ops ``names`` that need the field's channels and dtype."""
     for name in names:
-        if _needs_rgb(aug, name) and channels != 3:
+        if _needs_rgb(aug, name) and channels not in (1, 3):
             raise ValueError(
-                f"augment {name}={getattr(aug, name)} needs 3 channels (R, G, B); {field} has "
-                f"{channels}"
+                f"augment {name}={getattr(aug, name)} needs 3 channels (R, G, B), or 1 (which it "
+                f"leaves as it is, as torchvision's); {field} has {channels}"
             )
     if "jpeg" in names and channels not in (1, 3):
         raise ValueError(

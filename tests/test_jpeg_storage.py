@@ -129,8 +129,8 @@ AUGMENTS = [  # every geometry op, the resized crop, every photometric op and th
         brightness=0.3,
         contrast=0.3,
         noise_std=4.0,
-        normalize_mean=(0.5,) * 3,
-        normalize_std=(0.25,) * 3,
+        normalize_mean=(127.5,) * 3,
+        normalize_std=(64.0,) * 3,
     ),
 ]
 

@@ -400,6 +400,15 @@ def test_a_mean_in_other_units_is_refused_naming_it(tmp_path: Path) -> None:
     wrong = PairAugment(normalize_mean=(128.0, 300.0, 0.0), normalize_std=(1.0,) * 3)
     with pytest.raises(ValueError, match=r"normalize_mean\[1\]=300 lies outside \[0, 255\]"):
         make_loader(uint8, batch_size=4, augment=wrong, device="cpu")
+    unit = PairAugment(normalize_mean=mean, normalize_std=std)  # for 0..1 values, not 0..255
+    with pytest.raises(
+        ValueError,
+        match=r"^augment normalize_mean=\(0.485, 0.456, 0.406\) and normalize_std=\(0.229, "
+        r"0.224, 0.225\) are in \[0, 1\] units, but A's uint8 values run 0..255: give them x255",
+    ):
+        make_loader(uint8, batch_size=4, augment=unit, device="cpu")
+    for fine in (readme, PairAugment(normalize_mean=(0.0,), normalize_std=(1.0,))):
+        make_loader(uint8, batch_size=4, augment=fine, device="cpu")
 
 
 def test_noise_std_is_in_the_floats_units(tmp_path: Path) -> None:

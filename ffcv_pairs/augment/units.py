@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .._checks import shown
 from ..format.schema import PairSchema, Quantization
 from .axes import image_axes
 from .config import PairAugment
@@ -38,12 +39,22 @@ def check_mean_within(augment: PairAugment, low: float, high: float, values: str
 
 def check_units(augment: PairAugment, schema: PairSchema) -> None:
     """``augment`` on a file of ``schema`` read as stored: refuse a ``normalize_mean``
-    outside 0..255 where an image field is uint8 (see :func:`check_mean_within`)."""
+    outside 0..255 where an image field is uint8 (see :func:`check_mean_within`), and a
+    normalisation in ``[0, 1]`` units there (every mean at most 1, every std below 1: it
+    would send 0..255 past 1000 without a word)."""
+    mean, std = augment.normalize_mean or (), augment.normalize_std or ()
     for name in schema.IMAGE_FIELDS:
         dtype = np.dtype(schema.spec(name).dtype)
         if dtype.kind in "iu":
             info = np.iinfo(dtype)
             check_mean_within(augment, info.min, info.max, f"{name}'s {dtype} values")
+            if mean and max(mean) <= 1 and max(std) < 1:
+                raise ValueError(
+                    f"augment normalize_mean={shown(mean)} and normalize_std={shown(std)} are "
+                    f"in [0, 1] units, but {name}'s {dtype} values run {info.min}..{info.max}: "
+                    f"give them x{info.max} (torchvision's ToDtype(scale=True) makes the 0..1 "
+                    f"values these are for)"
+                )
 
 
 def dequantizing(augment: PairAugment, q: Quantization, schema: PairSchema) -> PairAugment:

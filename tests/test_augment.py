@@ -456,6 +456,7 @@ def test_drawn_ops_refuse_float_values_outside_the_range(
     ):
         _batches(path, PairAugment(**options), bs=8)
     _batches(path, PairAugment(**options, value_range=(0.0, 2.0)), bs=8)
+    _batches(path, PairAugment(channel_shuffle=1.0, erasing=1.0), bs=8)  # they clamp nothing
     b[5, 1, 2, 3] = 1.0
     _batches(_file(tmp_path, a, b, np.arange(8), "inside.beton"), PairAugment(**options), bs=8)
 

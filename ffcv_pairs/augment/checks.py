@@ -12,6 +12,7 @@ import numpy as np
 
 from .._checks import flag, integer, number, one_of, optional, pair, sequence_of, shown
 from ..kernels.geometry import PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
+from .photo_options import KEEP_VALUES
 from .swap import label_swap
 
 __all__ = [
@@ -146,7 +147,7 @@ def check_fill(aug: Any, name: str, stored: str) -> None:
     """
     dtype, (low, high) = np.dtype(stored), aug.float_range
     pads = (aug.pad_mode == "constant" and aug.has_geometry) or aug.policy_ops
-    clamps = aug.has_photometric or aug.photo_ops or aug.policy_ops
+    clamps = aug.has_photometric or aug.policy_ops or set(aug.photo_ops) - set(KEEP_VALUES)
     if dtype.kind == "f" and pads and clamps and not low <= aug.fill <= high:
         raise ValueError(
             f"augment fill={aug.fill:g} lies outside value_range ({low:g}, {high:g}) of "

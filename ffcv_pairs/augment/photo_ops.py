@@ -38,7 +38,7 @@ from ..kernels.stand_in import types_ready
 from ..kernels.tones import autocontrast, equalize, gamma, invert, posterize, solarize
 from ..kernels.user_driver import user_op_signature
 from .erasing_boxes import ERASING_UNIFORMS, erasing_draw
-from .photo_options import ERASING_TARGETS
+from .photo_options import ERASING_TARGETS, KEEP_VALUES
 
 __all__ = [
     "RGB_OPS",
@@ -332,11 +332,12 @@ def apply_photo_steps(
     work = view.dtype.name
     kernel, threads = drawn_op_kernel(work), nb.get_num_threads()
     keys = np.array(ids, dtype=np.int64)
-    if work != "uint8":
+    clamping = [s.name.split()[0] for s in active if s.name not in KEEP_VALUES]
+    if work != "uint8" and clamping:
         outside = np.zeros((len(keys), 3))
         values_outside(view.reshape(len(keys), -1), tail[0], tail[1], outside)
         if outside[:, 0].any():
-            names = ", ".join(dict.fromkeys(s.name.split()[0] for s in active))
+            names = ", ".join(dict.fromkeys(clamping))
             refuse_outside(keys, outside, tail[:2], PairSchema.IMAGE_FIELDS[tag], names)
     for step in active:
         u = uniform_rows(keys, clock, step.op, 0 if step.paired else tag, step.uniforms)

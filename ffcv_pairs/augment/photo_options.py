@@ -20,7 +20,14 @@ from typing import Any, Literal
 from .._checks import flag, integer, number, one_of, optional, pair, sequence_of, shown
 from ..format.schema import PairSchema
 
-__all__ = ["DRAWN_OPS", "ERASING_TARGETS", "PHOTO_OPS", "PhotoOptions", "check_photo_options"]
+__all__ = [
+    "DRAWN_OPS",
+    "ERASING_TARGETS",
+    "KEEP_VALUES",
+    "PHOTO_OPS",
+    "PhotoOptions",
+    "check_photo_options",
+]
 
 #: The ops, in the order they run; each has a ``<name>_paired`` option.
 PHOTO_OPS = (
@@ -41,6 +48,9 @@ PHOTO_OPS = (
 )
 #: Every per-sample drawn op, in the order they run: :data:`PHOTO_OPS`, then erasing.
 DRAWN_OPS = (*PHOTO_OPS, "erasing")
+#: The drawn ops that clamp none of an image's values (they move them, or write new ones):
+#: float values outside ``value_range`` are refused before the others only.
+KEEP_VALUES = ("channel_shuffle", "erasing")
 #: Where erasing runs: one box for A and B alike, A only, B only, or a box of its own each.
 ERASING_TARGETS = ("both", *PairSchema.IMAGE_FIELDS, "each")
 

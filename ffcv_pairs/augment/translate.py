@@ -24,7 +24,8 @@ crops, two colour jitters) are refused too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -35,8 +36,8 @@ __all__ = [
     "Context",
     "Untranslatable",
     "always",
-    "build_spec",
     "color_jitter",
+    "ordered",
     "scalar",
     "spread",
     "translate",
@@ -81,6 +82,14 @@ class Context:
     def unit(self) -> float:
         """The factor from the values the transform sees to the stored ones."""
         return self.value_max if self.scaled else 1.0
+
+    def level(self, value: float) -> float:
+        """A value the op writes into the image (a fill, an erasing value) in stored units:
+        ``value`` times :meth:`unit`, and, from ``[0, 1]`` onto uint8's levels (a unit of
+        255), rounded to the nearest level, half up (0.5 -> 128), as a uint8 file holds
+        whole values only; the library's float result differs by at most half a level."""
+        stored = value * self.unit()
+        return float(math.floor(stored + 0.5)) if self.unit() == 255 else stored
 
 
 Row = Callable[[Any, Context], dict[str, Any]]
@@ -204,33 +213,6 @@ def translate(
     return cls(**{**options, **overrides})
 
 
-def build_spec(spec: Iterable[Any], module: Any, library: str) -> list[Any]:
-    """The transforms of a YAML spec ``[{ClassName: {argument: value}}, ...]`` (or bare
-    names), built by the library's own classes from ``module`` (so its defaults hold)."""
-    if isinstance(spec, str | bytes | Mapping) or not isinstance(spec, Iterable):
-        raise TypeError(
-            f"augment from_{library}: a list of {{ClassName: {{argument: value}}}}, got {spec!r}"
-        )
-    out = []
-    for item in spec:
-        name, kwargs = (item, {}) if isinstance(item, str) else _one_entry(item, library)
-        cls = getattr(module, name, None)
-        if cls is None:
-            raise ValueError(f"augment from_{library}: {library} has no transform {name!r}")
-        out.append(cls(**kwargs))
-    return out
-
-
-def _one_entry(item: Any, library: str) -> tuple[str, dict[str, Any]]:
-    if not isinstance(item, Mapping) or len(item) != 1:
-        raise TypeError(
-            f"augment from_{library}: each entry is {{ClassName: {{argument: value}}}}, "
-            f"got {item!r}"
-        )
-    ((name, kwargs),) = item.items()
-    return str(name), dict(kwargs or {})
-
-
 # -- what rows share -------------------------------------------------------------------------
 #: Options that are a probability: ``RandomApply(p)`` multiplies the one a transform sets.
 PROBABILITIES = (
@@ -256,22 +238,36 @@ def spread(name: str, value: Any, centre: float, floor: float | None = None) -> 
     v = hi - centre
     low = centre - v if floor is None else max(floor, centre - v)
     if v < 0 or abs(lo - low) > 1e-9:
+        form = "(-v, v)" if centre == 0 else f"({centre:g} - v, {centre:g} + v)"
+        clamp = "" if floor is None else f", the low end clamped at {floor:g}"
         raise Untranslatable(
-            f"{name}={tuple(value)}: ours draws from ({low:g}, {centre + v:g}) around {centre:g}"
+            f"{name}={tuple(value)}: ours needs a range symmetric around {centre:g}, "
+            f"{form}{clamp}; {tuple(value)} is not"
         )
     return round(v, 12)  # (1 + 0.2) - 1 is 0.19999999999999996
 
 
-def scalar(name: str, value: Any, unit: float = 1.0) -> float:
-    """One number from a number or a sequence of equal ones (a fill per channel is refused)."""
+def scalar(
+    name: str, value: Any, unit: float = 1.0, takes: str = "one value for every channel"
+) -> float:
+    """One number from a number or a sequence of equal ones (one per channel, or per axis:
+    ``takes`` says what ours takes, in the refusal of unequal ones)."""
     if value is None:
         return 0.0
     if isinstance(value, Mapping):
         raise Untranslatable(f"{name}={value!r}: one value for every input type and channel")
     values = list(value) if isinstance(value, list | tuple) else [value]
     if not values or any(v != values[0] for v in values):
-        raise Untranslatable(f"{name}={value!r}: ours takes one value for every channel")
+        raise Untranslatable(f"{name}={value!r}: ours takes {takes}")
     return float(values[0]) * unit
+
+
+def ordered(name: str, value: Any) -> tuple[float, float]:
+    """A ``(low, high)`` range (of degrees, say) as two floats; reversed ends are refused."""
+    lo, hi = (float(v) for v in value)
+    if lo > hi:
+        raise Untranslatable(f"{name}={tuple(value)}: a range (low, high) with low <= high")
+    return lo, hi
 
 
 def with_probability(options: dict[str, Any], p: float, what: str) -> dict[str, Any]:

@@ -7,15 +7,24 @@ Albumentations applies one draw to every target of a call (``additional_targets=
 value (``Solarize``, ``GaussNoise``) are taken on ``value_max`` (255: uint8 files). OpenCV's
 codes: interpolation 1 is linear; border modes 0 constant, 1 replicate (``edge``), 4
 reflect-101 (``reflect``).
+
+B is the one ``additional_targets`` entry of type ``image`` (none: the pipeline is applied to B
+as to A, with the same draw); :func:`check_targets` refuses any other target but masks.
+Albumentations' ``Affine`` turns counter-clockwise for a positive angle, and ours (torchvision's
+affine) clockwise: its ``rotate`` range is negated.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .translate import Context, Row, Untranslatable, always, color_jitter, spread
+from .translate import Context, Row, Untranslatable, always, color_jitter, ordered, spread
 
-__all__ = ["ALBUMENTATIONS"]
+__all__ = ["ALBUMENTATIONS", "TARGET_TYPES", "check_targets"]
+
+#: The ``additional_targets`` types a pipeline may name: one ``image`` (B) and masks (a label
+#: field that follows the geometry as a dense field).
+TARGET_TYPES = ("image", "mask", "masks")
 
 _BORDERS = {0: "constant", 1: "edge", 4: "reflect"}
 
@@ -63,20 +72,33 @@ def _rotate(t: Any, ctx: Context) -> dict[str, Any]:
     _linear(t)
     if t.crop_border:
         raise Untranslatable("crop_border=True: ours keeps the image's size")
-    return {"rotate": tuple(float(v) for v in t.limit), "rotate_p": float(t.p), **_border(t)}
+    return {"rotate": ordered("limit", t.limit), "rotate_p": float(t.p), **_border(t)}
 
 
 def _affine(t: Any, ctx: Context) -> dict[str, Any]:
     _linear(t)
     if t.fit_output or any(any(v) for v in (t.translate_px or {}).values()):
         raise Untranslatable("fit_output or translate_px: ours shifts by fractions of the size")
+    if t.balanced_scale:
+        raise Untranslatable("balanced_scale=True: ours draws the scale uniformly in its range")
     sx, sy = (tuple(t.scale[k]) for k in ("x", "y"))
-    if sx != sy and not t.keep_ratio:
-        raise Untranslatable(f"scale={t.scale}: ours scales both axes alike")
+    if (sx != sy or sx[0] != sx[1]) and not t.keep_ratio:
+        raise Untranslatable(
+            f"scale={t.scale} with keep_ratio=False draws x and y apart; ours scales both axes "
+            f"alike (keep_ratio=True)"
+        )
+    shear_x, shear_y = (tuple(float(v) for v in t.shear[k]) for k in ("x", "y"))
+    lo, hi = ordered("rotate", t.rotate)
+    if (any(shear_x) and any(shear_y)) or ((lo or hi) and any(shear_x + shear_y)):
+        raise Untranslatable(
+            f"rotate={t.rotate}, shear={t.shear}: Albumentations rotates, then shears x and y "
+            f"at once; ours (torchvision's) shears x, then y, then rotates: give a shear on one "
+            f"axis and no rotation, or a rotation and no shear"
+        )
     out: dict[str, Any] = {
-        "affine_degrees": tuple(float(v) for v in t.rotate),
+        "affine_degrees": (-hi, -lo),  # its angle turns counter-clockwise, ours clockwise
         "affine_scale": tuple(float(v) for v in sx),
-        "affine_shear": tuple(float(v) for k in ("x", "y") for v in t.shear[k]),
+        "affine_shear": shear_x + shear_y,
         "affine_p": float(t.p),
     }
     if t.translate_percent is not None:
@@ -91,6 +113,11 @@ def _affine(t: Any, ctx: Context) -> dict[str, Any]:
 def _crop(t: Any, ctx: Context) -> dict[str, Any]:
     always(t)
     out: dict[str, Any] = {"crop": (int(t.height), int(t.width))}
+    if t.pad_if_needed and t.pad_position != "center":
+        raise Untranslatable(
+            f"pad_if_needed=True, pad_position={t.pad_position!r}: ours pads around the centre "
+            f"(pad_position='center')"
+        )
     if t.pad_if_needed:
         out.update(pad_if_needed=(int(t.height), int(t.width)), **_border(t))
     return out
@@ -239,6 +266,35 @@ def _normalize(t: Any, ctx: Context) -> dict[str, Any]:
 def _to_float(t: Any, ctx: Context) -> dict[str, Any]:
     top = ctx.value_max if t.max_value is None else float(t.max_value)
     return {"normalize_mean": (0.0,), "normalize_std": (top,), "out_dtype": "float32"}
+
+
+def check_targets(pipeline: Any) -> None:
+    """Refuse a ``Compose`` (or one nested in ``pipeline``) whose ``additional_targets`` ours
+    cannot follow: two or more of type ``image`` (ours has A and B), or a type other than
+    those of :data:`TARGET_TYPES`.
+
+    Raises:
+        ValueError: naming the targets.
+    """
+    if isinstance(pipeline, list | tuple):
+        for item in pipeline:
+            check_targets(item)
+        return
+    if type(pipeline).__name__ != "Compose":
+        return
+    targets = getattr(pipeline, "additional_targets", None) or {}
+    images = sorted(k for k, v in targets.items() if v == "image")
+    other = {k: v for k, v in targets.items() if v not in TARGET_TYPES}
+    if len(images) > 1 or other:
+        why = (
+            f"{len(images)} of type 'image' ({', '.join(images)}); ours has A and B, so B is "
+            f"the one"
+            if len(images) > 1
+            else f"{', '.join(f'{k!r}: {v!r}' for k, v in other.items())}; ours takes one "
+            f"'image' (B), and 'mask' or 'masks' (a label field)"
+        )
+        raise ValueError(f"albumentations Compose: additional_targets={dict(targets)}: {why}")
+    check_targets(list(getattr(pipeline, "transforms", [])))
 
 
 def _p(option: str) -> Row:

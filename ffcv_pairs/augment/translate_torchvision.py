@@ -4,6 +4,8 @@ the transform (its public attributes, as torchvision 0.29 stores them) and the
 
 torchvision applies one draw to every image of a call (``t(a, b)``), so the options are
 paired (the ``*_paired`` defaults), except ``GaussianNoise``, drawn per image.
+``interpolation`` may be an ``InterpolationMode``, its name, or the PIL constant torchvision
+takes for it (2: bilinear).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from .translate import (
     Row,
     Untranslatable,
     color_jitter,
+    ordered,
     scalar,
     with_probability,
 )
@@ -22,17 +25,31 @@ from .translate import (
 __all__ = ["TORCHVISION"]
 
 
+#: The PIL constants torchvision takes for an interpolation (``_interpolation_modes_from_int``).
+_PIL_MODES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+
 def _mode(t: Any, *allowed: str) -> None:
-    mode = str(getattr(t.interpolation, "value", t.interpolation)).lower()
+    given = t.interpolation
+    if isinstance(given, int) and not isinstance(given, bool):
+        if given not in _PIL_MODES:
+            raise Untranslatable(
+                f"interpolation={given}: not a PIL constant torchvision takes "
+                f"({', '.join(f'{k}: {v}' for k, v in _PIL_MODES.items())})"
+            )
+        mode, shown = _PIL_MODES[given], f"{given} (PIL's {_PIL_MODES[given]})"
+    else:
+        mode = str(getattr(given, "value", given)).lower()
+        shown = repr(mode)
     if mode not in allowed:
         raise Untranslatable(
-            f"interpolation={mode!r}: ours is {allowed[0]} here; set "
+            f"interpolation={shown}: ours is {allowed[0]} here; set "
             f"interpolation=InterpolationMode.{allowed[0].upper()}"
         )
 
 
 def _fill(t: Any, ctx: Context) -> dict[str, Any]:
-    fill = scalar("fill", getattr(t, "fill", None), ctx.unit())
+    fill = ctx.level(scalar("fill", getattr(t, "fill", None)))
     return {"fill": fill} if fill else {}
 
 
@@ -121,14 +138,14 @@ def _rotation(t: Any, ctx: Context) -> dict[str, Any]:
     _mode(t, "bilinear")
     if t.expand or t.center is not None:
         raise Untranslatable("expand=True or a center: ours rotates about the centre, same size")
-    return {"rotate": tuple(float(d) for d in t.degrees), "rotate_p": 1.0, **_fill(t, ctx)}
+    return {"rotate": ordered("degrees", t.degrees), "rotate_p": 1.0, **_fill(t, ctx)}
 
 
 def _affine(t: Any, ctx: Context) -> dict[str, Any]:
     _mode(t, "bilinear")
     if t.center is not None:
         raise Untranslatable("a center: ours turns about the image's centre")
-    out: dict[str, Any] = {"affine_degrees": tuple(float(d) for d in t.degrees), "affine_p": 1.0}
+    out: dict[str, Any] = {"affine_degrees": ordered("degrees", t.degrees), "affine_p": 1.0}
     for name in ("translate", "scale", "shear"):
         value = getattr(t, name)
         if value is not None:
@@ -143,17 +160,18 @@ def _perspective(t: Any, ctx: Context) -> dict[str, Any]:
 
 def _elastic(t: Any, ctx: Context) -> dict[str, Any]:
     _mode(t, "bilinear")
-    alpha, sigma = scalar("alpha", t.alpha), scalar("sigma", t.sigma)
+    both = "one value for x and y"
+    alpha, sigma = (scalar(k, getattr(t, k), takes=both) for k in ("alpha", "sigma"))
     return {"elastic": (alpha, sigma), "elastic_p": 1.0, **_fill(t, ctx)}
 
 
 def _blur(t: Any, ctx: Context) -> dict[str, Any]:
-    kernel = int(scalar("kernel_size", t.kernel_size))
+    kernel = int(scalar("kernel_size", t.kernel_size, takes="one kernel size for height and width"))
     return {"blur": 1.0, "blur_sigma": tuple(float(s) for s in t.sigma), "blur_kernel": kernel}
 
 
 def _erasing(t: Any, ctx: Context) -> dict[str, Any]:
-    value = t.value if isinstance(t.value, str) else scalar("value", t.value, ctx.unit())
+    value = t.value if isinstance(t.value, str) else ctx.level(scalar("value", t.value))
     return {
         "erasing": float(t.p),
         "erasing_scale": tuple(t.scale),

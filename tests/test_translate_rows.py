@@ -241,3 +241,17 @@ def test_rows_of_the_geometry_blur_noise_and_erasing() -> None:
         "jpeg_quality": (40, 90), "erasing": 0.5, "erasing_scale": (0.02, 0.33),
         "erasing_ratio": (0.3, 3.3), "erasing_value": 0.0, "erasing_target": "both",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("value_max", "error", "message"),
+    [
+        (0, ValueError, r"value_max must be > 0, got 0\.0"),
+        (-1.0, ValueError, r"value_max must be > 0, got -1\.0"),
+        ("255", TypeError, r"value_max must be a number, got '255' \(str\)"),
+    ],
+)
+def test_value_max_is_a_positive_number(value_max: Any, error: type, message: str) -> None:
+    """Named where it is given, not later as a normalize_std it became (or unused)."""
+    with pytest.raises(error, match=rf"^augment from_torchvision: {message}$"):
+        tv([stub("RandomHorizontalFlip", p=0.5)], value_max)

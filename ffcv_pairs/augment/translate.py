@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .._checks import number
 from ..errors import FfcvPairsError
 
 __all__ = [
@@ -153,9 +154,10 @@ def translated_options(
 
     Raises:
         ValueError: an unsupported class (named, with the supported ones), parameters our ops
-            cannot reproduce, two transforms setting one option, or an order ours changes.
+            cannot reproduce, two transforms setting one option, an order ours changes, or a
+            ``value_max`` that is not a positive number (TypeError: not a number).
     """
-    ctx = Context(value_max=value_max)
+    ctx = Context(value_max=number(f"augment from_{library}: value_max", value_max, above=0))
     steps: list[tuple[str, dict[str, Any]]] = []
     for t in _flat(pipeline, library):
         name = type(t).__name__

@@ -290,3 +290,25 @@ def test_yaml_block_through_the_lightning_cli() -> None:
         augment("    albumentations:\n      - HorizontalFlip: {p: 2}\n")
     with pytest.raises(ValueError, match=r"albumentations OneOf is not supported"):
         augment("    albumentations:\n      - OneOf: {transforms: [HorizontalFlip: {}]}\n")
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [
+        A.Resize(50, 70),
+        A.LongestMaxSize(70),
+        A.Compose([A.Resize(50, 70), A.HorizontalFlip(p=1), A.CenterCrop(40, 60)]),
+    ],
+    ids=["Resize", "LongestMaxSize", "Resize, flip and crop"],
+)
+def test_an_enlarging_resize_takes_the_edge_pixels_as_opencv_does(
+    tmp_path: Path, transform: Any
+) -> None:
+    """Enlarging, the outermost half pixel reads beyond the image: OpenCV's resize (and
+    torchvision's) takes the edge pixel there, and so does ours, not a blend with the fill
+    (which darkened the border by up to 61 levels); every pixel within 1, border included."""
+    image = np.linspace(40, 220, 33 * 47 * 3).reshape(33, 47, 3).astype(np.uint8)
+    theirs = transform(image=image)["image"]
+    ours = _ours(tmp_path, image, PairAugment.from_albumentations(transform))
+    assert ours.shape == theirs.shape
+    assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1

@@ -89,7 +89,7 @@ class Warp(Operation):
 
     def generate_code(self) -> Callable:
         aug, ax, clock, tag, size = self.aug, self.axes, self.clock, self.tag, self.size
-        mode, fill = PAD_MODES[aug.pad_mode], float(aug.fill)
+        mode, fill = PAD_MODES[aug.warp_pad_mode], float(aug.fill)
         # until a kernel is compiled, numpy warps (the same bytes, nothing to compile)
         parallel = ParallelSoon(warp_bilinear, warp_bilinear_serial, warp_stand_in)
         serial = ParallelSoon(warp_bilinear_serial, warp_bilinear_serial, warp_stand_in)

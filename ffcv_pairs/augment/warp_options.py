@@ -130,6 +130,22 @@ class WarpOptions:
         """Whether the pipeline uses the matrix geometry."""
         return bool(self.warp_ops)
 
+    @property
+    def warp_pad_mode(self) -> str:
+        """The padding the images' warp uses: ``pad_mode``, but ``edge`` where the warp only
+        resizes (and flips, turns or crops, unpadded): its only reads outside the image are
+        within half a pixel of its edge, which a resize takes from the edge pixel (OpenCV's
+        and torchvision's ``Resize``, enlarging) rather than blend with ``fill``."""
+        only = {"resize", "resize_longest", "transpose", "d4"}
+        unpadded = not (self.crop_padding or any(self.translate))  # type: ignore[attr-defined]
+        if (
+            unpadded
+            and set(self.warp_ops) <= only
+            and {"resize", "resize_longest"} & set(self.warp_ops)
+        ):
+            return "edge"
+        return self.pad_mode  # type: ignore[attr-defined]
+
 
 def warp_canvas(aug: Any, height: int, width: int) -> tuple[int, int]:
     """The size of an image of ``(height, width)`` after ``resize``/``resize_longest`` (before

@@ -36,7 +36,7 @@ def warp_in_decoder(
 ) -> Callable[[Any, np.ndarray, np.ndarray, np.ndarray], None]:
     """``run(batch, mm, out_a, out_b)``: A and B of ``batch`` (a ``BatchRefs``) warped from
     ``mm`` into the decoder's outputs, field ``t`` of ``axes[t]``."""
-    mode, fill = PAD_MODES[augment.pad_mode], float(augment.fill)
+    mode, fill = PAD_MODES[augment.warp_pad_mode], float(augment.fill)
     # until a kernel is compiled, numpy warps (the same bytes, nothing to compile)
     parallel = ParallelSoon(warp_mapped, warp_mapped_serial, warp_mapped_stand_in)
     serial = ParallelSoon(warp_mapped_serial, warp_mapped_serial, warp_mapped_stand_in)

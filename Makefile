@@ -9,6 +9,7 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pkg-config g++ libopencv-dev libturbojpeg0-dev
 TORCH := torch==2.13.0
+PEERS := albumentations==2.0.8 albucore==0.0.24 simsimd==6.5.16 stringzilla==5.3.2
 
 .PHONY: install test test-long lint demo bench bench-quick bench-extras translators-check gpu-check gpu-bundle clean
 
@@ -35,6 +36,9 @@ $(STAMP): pyproject.toml
 	@$(PY) -m compileall -qq -j 0 $(VENV)/lib/python*/site-packages/torch > /dev/null 2>&1 & compile=$$!; \
 	  $(PY) -m pip install -q --no-compile -e '.[dev,demo,bench,remote]'; pip=$$?; \
 	  wait $$compile; $(PY) -m compileall -qq -j 0 $(VENV)/lib > /dev/null 2>&1; exit $$pip
+	@# Albumentations, the reference of the translator's and some ops' tests, without its
+	@# dependencies: its opencv-python-headless would overwrite FFCV's cv2 (the rest are here).
+	$(PY) -m pip install -q --no-deps $(PEERS)
 	@touch $@
 
 lint: install

@@ -136,13 +136,9 @@ class WarpOptions:
         resizes (and flips, turns or crops, unpadded): its only reads outside the image are
         within half a pixel of its edge, which a resize takes from the edge pixel (OpenCV's
         and torchvision's ``Resize``, enlarging) rather than blend with ``fill``."""
-        only = {"resize", "resize_longest", "transpose", "d4"}
+        ops, resizes = set(self.warp_ops), {"resize", "resize_longest"}
         unpadded = not (self.crop_padding or any(self.translate))  # type: ignore[attr-defined]
-        if (
-            unpadded
-            and set(self.warp_ops) <= only
-            and {"resize", "resize_longest"} & set(self.warp_ops)
-        ):
+        if unpadded and ops & resizes and ops <= resizes | {"transpose", "d4"}:
             return "edge"
         return self.pad_mode  # type: ignore[attr-defined]
 
